@@ -1,0 +1,42 @@
+# The two commands: `make run` (the workflow on the tiny default) and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+# torch first, pinned, so that pip never resolves a newer (multi-GB) build; override for CUDA.
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(abspath $(VENV))/bin
+export PATH := $(BIN):$(PATH)
+export DVC_NO_ANALYTICS := 1
+
+.PHONY: run test pull install help
+
+help:
+	@echo "make run   - install into $(VENV) and run the workflow (dvc repro -> snakemake)"
+	@echo "make test  - install with the test extra and run the fast tests"
+	@echo "make pull  - fetch results from the DVC remote and mark them up to date"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.torch: | $(BIN)/python
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	touch $@
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.torch
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+run: $(VENV)/.installed
+	dvc repro
+
+pull: $(VENV)/.installed
+	hwgptbench pull
+
+test: $(VENV)/.installed-test
+	pytest

@@ -1,0 +1,129 @@
+"""Atomic file and directory writes, and content hashing.
+
+Every stage writes its outputs through these helpers: data goes to a temporary path in the
+same folder and is renamed into place only once complete, so a killed job never leaves a
+partial output that a later run (or Snakemake, or DVC) could mistake for a finished one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+_TMP_MARK = ".tmp-"
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+def _fsync_dir(path: Path) -> None:
+    """Flush a directory entry (the rename) to disk where the OS allows it."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary file path beside ``dest``; rename it onto ``dest`` on success.
+
+    On any exception the temporary file is removed and ``dest`` is left untouched.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}{_TMP_MARK}", dir=dest.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give ordinary permissions
+        os.replace(tmp, dest)
+        _fsync_dir(dest.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_bytes(dest: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``dest`` atomically."""
+    with atomic_path(dest) as tmp:
+        tmp.write_bytes(data)
+
+
+def atomic_write_text(dest: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8) to ``dest`` atomically."""
+    atomic_write_bytes(dest, text.encode("utf-8"))
+
+
+def canonical_json(obj: Any) -> str:
+    """Serialise ``obj`` as stable JSON: sorted keys, fixed indentation, trailing newline."""
+    return json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def atomic_write_json(dest: str | os.PathLike[str], obj: Any) -> None:
+    """Write ``obj`` as canonical JSON to ``dest`` atomically."""
+    atomic_write_text(dest, canonical_json(obj))
+
+
+@contextlib.contextmanager
+def atomic_dir(dest: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield an empty staging directory beside ``dest``; swap it in as ``dest`` on success.
+
+    A previous ``dest`` is replaced only after the new one is complete. On any exception the
+    staging directory is deleted and a previous ``dest`` is left as it was. Staging
+    directories left by killed runs carry a ``.tmp-`` mark and are removed by
+    :func:`remove_stale_staging`.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_staging(dest)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}{_TMP_MARK}", dir=dest.parent))
+    try:
+        yield staging
+        os.chmod(staging, 0o777 & ~_UMASK)  # mkdtemp creates 0700
+        for path in staging.rglob("*"):
+            if path.is_file():
+                with open(path, "rb+") as handle:
+                    os.fsync(handle.fileno())
+        if dest.exists():
+            retired = Path(tempfile.mkdtemp(prefix=f".{dest.name}{_TMP_MARK}old-", dir=dest.parent))
+            os.replace(dest, retired / dest.name)
+            os.replace(staging, dest)
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            os.replace(staging, dest)
+        _fsync_dir(dest.parent)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def remove_stale_staging(dest: str | os.PathLike[str]) -> None:
+    """Delete temporary files and directories that killed writes to ``dest`` left behind."""
+    dest = Path(dest)
+    if not dest.parent.exists():
+        return
+    for leftover in dest.parent.glob(f".{dest.name}{_TMP_MARK}*"):
+        if leftover.is_dir():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)
+
+
+def sha256_file(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> str:
+    """Hex SHA-256 of a file's content, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(chunk_size):
+            digest.update(chunk)
+    return digest.hexdigest()

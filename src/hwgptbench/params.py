@@ -1,0 +1,120 @@
+"""Loading and validation of params.yaml against the packaged JSON schema.
+
+The same schema is used by the Snakefile (before any job starts) and by the CLI when a stage
+runs alone, so a bad value is rejected the same way everywhere, before anything is written.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from .io import atomic_write_json, canonical_json
+
+SCHEMA_RESOURCE = "schemas/params.schema.yaml"
+
+
+class ParamsError(ValueError):
+    """params.yaml is missing, unreadable or does not match the schema."""
+
+
+@cache
+def schema() -> dict[str, Any]:
+    """The params schema shipped with the package."""
+    text = resources.files("hwgptbench").joinpath(SCHEMA_RESOURCE).read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+def _field(path: Any) -> str:
+    parts = [str(p) for p in path]
+    return ".".join(parts) if parts else "<top level>"
+
+
+def _allowed(subschema: dict[str, Any]) -> str:
+    """A short description of the values a subschema accepts."""
+    if "enum" in subschema:
+        return "one of " + ", ".join(repr(v) for v in subschema["enum"])
+    kinds = subschema.get("type")
+    kinds = " or ".join(kinds) if isinstance(kinds, list) else (kinds or "value")
+    bounds = []
+    for key, sign in (("minimum", ">="), ("exclusiveMinimum", ">"),
+                      ("maximum", "<="), ("exclusiveMaximum", "<")):
+        if key in subschema:
+            bounds.append(f"{sign} {subschema[key]}")
+    if "pattern" in subschema:
+        bounds.append(f"matching {subschema['pattern']}")
+    if "minLength" in subschema:
+        bounds.append("non-empty")
+    text = kinds + (" " + ", ".join(bounds) if bounds else "")
+    if "description" in subschema:
+        text += f" ({subschema['description']})"
+    return text
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    """One line naming the field, the problem and what is allowed."""
+    field = _field(error.absolute_path)
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        return (f"{field}: unknown key(s) {', '.join(map(repr, extra))}; "
+                f"allowed keys: {', '.join(allowed)}")
+    if error.validator == "required":
+        missing = error.message.split("'")[1]
+        sub = error.schema.get("properties", {}).get(missing, {})
+        return f"{field}: missing key '{missing}'; allowed: {_allowed(sub)}"
+    return f"{field}: {error.instance!r} is not allowed; allowed: {_allowed(error.schema)}"
+
+
+def validate(doc: Any, sections: list[str] | None = None, source: str = "params") -> dict[str, Any]:
+    """Validate a params document; return it unchanged or raise one :class:`ParamsError`.
+
+    ``sections`` restricts the required top-level sections (a stage that is given only its own
+    sections, e.g. a `results/.params/data.json` file, validates just those).
+    """
+    full = schema()
+    if sections is not None:
+        full = {**full, "required": list(sections)}
+    validator = jsonschema.Draft202012Validator(full)
+    errors = sorted(validator.iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path])
+    if errors:
+        lines = "\n".join(f"  - {_describe(e)}" for e in errors)
+        raise ParamsError(f"invalid {source}:\n{lines}\nFix these fields and run again; "
+                          "nothing was written.")
+    return doc
+
+
+def load(path: str | os.PathLike[str], sections: list[str] | None = None) -> dict[str, Any]:
+    """Read a params file (YAML or JSON) and validate it."""
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ParamsError(f"params file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"{path} is not valid YAML: {exc}") from None
+    return validate(doc, sections=sections, source=str(path))
+
+
+def write_sections(params: dict[str, Any], folder: str | os.PathLike[str]) -> dict[str, Path]:
+    """Write each top-level section to ``folder/{section}.json``, only where it changed.
+
+    A file's content, and so its mtime, changes only when that section's values change, so a
+    rule that takes the file as input reruns exactly when the params it reads change. The
+    file holds ``{section: values}``, a valid partial params document.
+    """
+    folder = Path(folder)
+    written = {}
+    for section, values in params.items():
+        target = folder / f"{section}.json"
+        text = canonical_json({section: values})
+        if not target.exists() or target.read_text(encoding="utf-8") != text:
+            atomic_write_json(target, {section: values})
+        written[section] = target
+    return written

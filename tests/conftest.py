@@ -1,0 +1,67 @@
+"""Shared fixtures: the repository root, a scratch copy of the project as a git repo, and a
+subprocess runner whose PATH has this interpreter's console scripts (hwgptbench, snakemake,
+dvc)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+# Tests commit in scratch repositories: never depend on the machine's git identity.
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "hwgptbench tests", "GIT_AUTHOR_EMAIL": "tests@hwgptbench.invalid",
+    "GIT_COMMITTER_NAME": "hwgptbench tests", "GIT_COMMITTER_EMAIL": "tests@hwgptbench.invalid",
+}
+
+
+def tool_env() -> dict[str, str]:
+    env = {**os.environ, **GIT_IDENTITY, "DVC_NO_ANALYTICS": "1"}
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def run(args: list[str], cwd: Path, check: bool = True, timeout: int = 600
+        ) -> subprocess.CompletedProcess[str]:
+    """Run a command; on an unexpected exit show its output in the assertion."""
+    result = subprocess.run(args, cwd=cwd, env=tool_env(), text=True, capture_output=True,
+                            timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} exited {result.returncode}\n"
+                             f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}")
+    return result
+
+
+def project_files() -> list[str]:
+    """Files of the project as git sees them (tracked and untracked-but-not-ignored)."""
+    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO_ROOT,
+                         text=True, capture_output=True, check=True).stdout
+    return [f for f in out.splitlines() if (REPO_ROOT / f).exists()]
+
+
+def make_project(tmp: Path) -> Path:
+    """A copy of the project at ``tmp/project``, as a fresh git repository with one commit,
+    whose DVC remote is the scratch folder ``tmp/remote``."""
+    dest = tmp / "project"
+    for name in project_files():
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO_ROOT / name, target, follow_symlinks=False)
+    run(["git", "init", "-q", "-b", "main"], dest)
+    run(["git", "add", "-A"], dest)
+    run(["git", "commit", "-qm", "scratch copy"], dest)
+    run(["dvc", "remote", "modify", "--local", "local", "url", str(tmp / "remote")], dest)
+    return dest
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A scratch copy of the project (see :func:`make_project`)."""
+    return make_project(tmp_path)

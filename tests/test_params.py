@@ -1,0 +1,93 @@
+"""params.yaml is validated by one schema, in the CLI and in the Snakefile, before anything
+is written; every problem names the field and what is allowed."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO_ROOT, run
+from hwgptbench import params
+
+DEFAULT = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+
+
+def test_repository_params_are_valid() -> None:
+    assert params.load(REPO_ROOT / "params.yaml") == DEFAULT
+
+
+def test_workflow_schema_is_the_packaged_one() -> None:
+    workflow_schema = REPO_ROOT / "workflow" / "schemas" / "params.schema.yaml"
+    assert yaml.safe_load(workflow_schema.read_text()) == params.schema()
+
+
+def _broken(path: list[str], value: object) -> dict:
+    doc = copy.deepcopy(DEFAULT)
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return doc
+
+
+@pytest.mark.parametrize(("path", "value", "expected"), [
+    (["data", "tokenizer", "vocab_size"], "big", ["data.tokenizer.vocab_size", "integer"]),
+    (["data", "tokenizer", "vocab_size"], 100, ["data.tokenizer.vocab_size", ">= 512"]),
+    (["data", "val_fraction"], 0.9, ["data.val_fraction", "<= 0.5"]),
+    (["data", "corpus", "source"], "web", ["data.corpus.source", "'text_files'", "'huggingface'"]),
+    (["data", "vocab"], 10, ["data: unknown key(s) 'vocab'", "allowed keys: corpus"]),
+    (["data", "name"], "a/b", ["data.name", "matching"]),
+])
+def test_bad_value_names_field_and_allowed(path: list[str], value: object,
+                                           expected: list[str]) -> None:
+    with pytest.raises(params.ParamsError) as info:
+        params.validate(_broken(path, value))
+    for text in expected:
+        assert text in str(info.value)
+
+
+def test_missing_key_for_source_is_named() -> None:
+    doc = copy.deepcopy(DEFAULT)
+    doc["data"]["corpus"] = {"source": "huggingface", "split": "train", "text_field": "text"}
+    with pytest.raises(params.ParamsError, match=r"data.corpus: missing key 'dataset'"):
+        params.validate(doc)
+
+
+def test_unknown_top_level_section() -> None:
+    with pytest.raises(params.ParamsError, match=r"<top level>: unknown key\(s\) 'trian'"):
+        params.validate({**DEFAULT, "trian": {}})
+
+
+def test_section_file_validates_alone(tmp_path: Path) -> None:
+    written = params.write_sections(DEFAULT, tmp_path)
+    assert params.load(written["data"], sections=["data"]) == {"data": DEFAULT["data"]}
+    mtime = written["data"].stat().st_mtime_ns
+    params.write_sections(DEFAULT, tmp_path)  # unchanged values: file untouched
+    assert written["data"].stat().st_mtime_ns == mtime
+    params.write_sections(_broken(["data", "seed"], 7), tmp_path)
+    assert written["data"].stat().st_mtime_ns != mtime
+
+
+def _write_invalid(project: Path) -> None:
+    doc = _broken(["data", "tokenizer", "vocab_size"], "big")
+    (project / "params.yaml").write_text(yaml.safe_dump(doc))
+
+
+def test_cli_rejects_invalid_params_and_writes_nothing(tmp_path: Path) -> None:
+    _write_invalid(tmp_path)
+    result = run(["hwgptbench", "data", "--params", "params.yaml"], tmp_path, check=False)
+    assert result.returncode == 2
+    assert "data.tokenizer.vocab_size" in result.stderr and "integer" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
+
+
+def test_snakemake_rejects_invalid_params_before_any_job(project: Path) -> None:
+    _write_invalid(project)
+    result = run(["snakemake", "--cores", "1"], project, check=False)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "data.tokenizer.vocab_size" in output and ">= 512" in output
+    assert not (project / "results").exists()

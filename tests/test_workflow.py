@@ -1,0 +1,108 @@
+"""End to end: the workflow through DVC, pushed to a local remote, pulled into a fresh clone.
+
+Snakemake judges staleness by mtimes and its own metadata, DVC by content hashes; these tests
+hold the two in agreement (docs/workflow.md)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import make_project, run
+
+NOTHING_TO_DO = "Nothing to be done"
+
+
+def dvc_status(repo: Path) -> dict:
+    return json.loads(run(["dvc", "status", "--json"], repo).stdout or "{}")
+
+
+def snakemake_jobs(repo: Path) -> set[str]:
+    """Rules Snakemake would run now (dry run), 'all' excluded."""
+    out = run(["snakemake", "-n"], repo).stdout
+    if NOTHING_TO_DO in out:
+        return set()
+    table = out.split("Job stats:")[1].strip().split("\n\n")[0]
+    rows = [line.split() for line in table.splitlines()[2:]]  # after header and rule line
+    return {row[0] for row in rows} - {"all", "total"}
+
+
+def set_param(repo: Path, path: list[str], value: object) -> None:
+    doc = yaml.safe_load((repo / "params.yaml").read_text())
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    (repo / "params.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+@pytest.fixture(scope="module")
+def pushed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project after `dvc repro` and `dvc push`, with dvc.lock committed."""
+    repo = make_project(tmp_path_factory.mktemp("e2e"))
+    run(["dvc", "repro"], repo)
+    assert (repo / "results" / "data" / "shakespeare" / "manifest.json").exists()
+    assert dvc_status(repo) == {}
+    assert snakemake_jobs(repo) == set()
+    run(["dvc", "push"], repo)
+    run(["git", "add", "dvc.lock"], repo)
+    run(["git", "commit", "-qm", "results"], repo)
+    return repo
+
+
+def fresh_clone(pushed: Path, dest: Path) -> Path:
+    run(["git", "clone", "-q", str(pushed), str(dest)], pushed.parent)
+    run(["dvc", "remote", "modify", "--local", "local", "url", str(pushed.parent / "remote")],
+        dest)
+    return dest
+
+
+def test_pull_into_fresh_clone_is_up_to_date_in_both_tools(pushed: Path, tmp_path: Path
+                                                           ) -> None:
+    repo = fresh_clone(pushed, tmp_path / "clone")
+    run(["hwgptbench", "pull"], repo)
+    original = pushed / "results" / "data" / "shakespeare"
+    pulled = repo / "results" / "data" / "shakespeare"
+    for path in original.glob("*.*"):
+        assert (pulled / path.name).read_bytes() == path.read_bytes()
+    assert snakemake_jobs(repo) == set()
+    assert dvc_status(repo) == {}
+
+    # a params change reruns the stage that reads it, in both tools
+    set_param(repo, ["data", "seed"], 7)
+    assert snakemake_jobs(repo) == {"data"}
+    assert set(dvc_status(repo)) == {"data"}
+    # and changing it back is clean again in both
+    run(["git", "checkout", "params.yaml"], repo)
+    assert snakemake_jobs(repo) == set()
+    assert dvc_status(repo) == {}
+
+
+def test_pull_never_blesses_results_of_other_params(pushed: Path, tmp_path: Path) -> None:
+    repo = fresh_clone(pushed, tmp_path / "clone")
+    set_param(repo, ["data", "tokenizer", "vocab_size"], 2048)
+    result = run(["hwgptbench", "pull"], repo, check=False)
+    assert result.returncode == 2
+    assert "do not match the current params.yaml" in result.stderr and "data" in result.stderr
+    assert snakemake_jobs(repo) == {"data"}
+    assert set(dvc_status(repo)) == {"data"}
+
+
+def test_corrupted_remote_object_is_refused(pushed: Path, tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    shutil.copytree(pushed.parent / "remote", remote)
+    largest = max((p for p in remote.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    largest.chmod(0o644)
+    raw = bytearray(largest.read_bytes())
+    raw[100] ^= 0xFF
+    largest.write_bytes(bytes(raw))
+    repo = tmp_path / "clone"
+    run(["git", "clone", "-q", str(pushed), str(repo)], tmp_path)
+    run(["dvc", "remote", "modify", "--local", "local", "url", str(remote)], repo)
+    result = run(["dvc", "pull"], repo, check=False)
+    assert result.returncode != 0
+    assert not (repo / "results" / "data" / "shakespeare" / "train_000.bin").exists()

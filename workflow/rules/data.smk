@@ -1,0 +1,11 @@
+rule data:
+    """Train the tokenizer on the corpus and write train/val token shards."""
+    input:
+        params=PARAMS["data"],
+        corpus=corpus_files(config["data"]["corpus"]),
+    output:
+        directory(DATA_DIR),
+    log:
+        f"{RESULTS}/logs/data.log",
+    shell:
+        "hwgptbench data --params {input.params} --out {output} 2>&1 | tee {log}"
