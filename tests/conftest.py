@@ -61,6 +61,20 @@ def make_project(tmp: Path) -> Path:
     return dest
 
 
+@pytest.fixture(scope="session")
+def shakespeare(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The data stage's output for the repository's data params (built once per session)."""
+    import yaml
+
+    from hwgptbench import data
+
+    config = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["data"]
+    config["corpus"]["path"] = str(REPO_ROOT / config["corpus"]["path"])
+    out = tmp_path_factory.mktemp("data") / config["name"]
+    data.build(config, out)
+    return out
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A scratch copy of the project (see :func:`make_project`)."""

@@ -27,11 +27,9 @@ def _params(**overrides: object) -> dict:
     return config
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("data") / "shakespeare"
-    data.build(_params(), out)
-    return out
+@pytest.fixture
+def built(shakespeare: Path) -> Path:
+    return shakespeare
 
 
 def test_split_is_seeded_disjoint_and_complete() -> None:

@@ -5,6 +5,7 @@ hold the two in agreement (docs/workflow.md)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -15,6 +16,11 @@ import yaml
 from conftest import make_project, run
 
 NOTHING_TO_DO = "Nothing to be done"
+ALL_STAGES = {"data", "supernet", "sample_archs", "perplexity"}
+# The whole workflow, small enough for a test.
+FAST = {"supernet.steps": 3, "supernet.batch_size": 2, "supernet.checkpoint_every": 2,
+        "supernet.device": "cpu", "sample.n_archs": 3, "perplexity.batches": 1,
+        "perplexity.batch_size": 2, "perplexity.device": "cpu"}
 
 
 def dvc_status(repo: Path) -> dict:
@@ -44,8 +50,11 @@ def set_param(repo: Path, path: list[str], value: object) -> None:
 def pushed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project after `dvc repro` and `dvc push`, with dvc.lock committed."""
     repo = make_project(tmp_path_factory.mktemp("e2e"))
+    for path, value in FAST.items():
+        set_param(repo, path.split("."), value)
+    run(["git", "commit", "-qam", "fast params"], repo)
     run(["dvc", "repro"], repo)
-    assert (repo / "results" / "data" / "shakespeare" / "manifest.json").exists()
+    assert (repo / "results" / "tiny" / "perplexity.parquet").exists()
     assert dvc_status(repo) == {}
     assert snakemake_jobs(repo) == set()
     run(["dvc", "push"], repo)
@@ -72,9 +81,18 @@ def test_pull_into_fresh_clone_is_up_to_date_in_both_tools(pushed: Path, tmp_pat
     assert snakemake_jobs(repo) == set()
     assert dvc_status(repo) == {}
 
-    # a params change reruns the stage that reads it, in both tools
+    # a params change reruns exactly the stages that read it, in both tools
+    set_param(repo, ["perplexity", "seed"], 7)
+    assert snakemake_jobs(repo) == {"perplexity"}
+    assert set(dvc_status(repo)) == {"perplexity@tiny"}
+    # a search space that is not run changes nothing
+    set_param(repo, ["spaces", "s", "n_layer"], [10, 12])
+    assert snakemake_jobs(repo) == {"perplexity"}
+    assert set(dvc_status(repo)) == {"perplexity@tiny"}
+    # upstream: DVC names the stage whose params changed, Snakemake plans all it feeds
+    run(["git", "checkout", "params.yaml"], repo)
     set_param(repo, ["data", "seed"], 7)
-    assert snakemake_jobs(repo) == {"data"}
+    assert snakemake_jobs(repo) == ALL_STAGES
     assert set(dvc_status(repo)) == {"data"}
     # and changing it back is clean again in both
     run(["git", "checkout", "params.yaml"], repo)
@@ -84,22 +102,25 @@ def test_pull_into_fresh_clone_is_up_to_date_in_both_tools(pushed: Path, tmp_pat
 
 def test_pull_never_blesses_results_of_other_params(pushed: Path, tmp_path: Path) -> None:
     repo = fresh_clone(pushed, tmp_path / "clone")
-    set_param(repo, ["data", "tokenizer", "vocab_size"], 2048)
+    set_param(repo, ["sample", "n_archs"], 4)
     result = run(["hwgptbench", "pull"], repo, check=False)
     assert result.returncode == 2
-    assert "do not match the current params.yaml" in result.stderr and "data" in result.stderr
-    assert snakemake_jobs(repo) == {"data"}
-    assert set(dvc_status(repo)) == {"data"}
+    assert "do not match the current params.yaml" in result.stderr
+    assert "sample_archs@tiny" in result.stderr
+    assert "sample_archs" in snakemake_jobs(repo)
+    assert set(dvc_status(repo)) == {"sample_archs@tiny"}
 
 
 def test_corrupted_remote_object_is_refused(pushed: Path, tmp_path: Path) -> None:
     remote = tmp_path / "remote"
     shutil.copytree(pushed.parent / "remote", remote)
-    largest = max((p for p in remote.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
-    largest.chmod(0o644)
-    raw = bytearray(largest.read_bytes())
+    shard = pushed / "results" / "data" / "shakespeare" / "train_000.bin"
+    digest = hashlib.md5(shard.read_bytes()).hexdigest()
+    stored = remote / "files" / "md5" / digest[:2] / digest[2:]
+    stored.chmod(0o644)
+    raw = bytearray(stored.read_bytes())
     raw[100] ^= 0xFF
-    largest.write_bytes(bytes(raw))
+    stored.write_bytes(bytes(raw))
     repo = tmp_path / "clone"
     run(["git", "clone", "-q", str(pushed), str(repo)], tmp_path)
     run(["dvc", "remote", "modify", "--local", "local", "url", str(remote)], repo)

@@ -11,8 +11,12 @@ import logging
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
-from . import __version__, data, params, sync
+import polars as pl
+
+from . import __version__, archs, data, params, perplexity, sync, train
+from .space import SearchSpace
 
 log = logging.getLogger("hwgptbench")
 
@@ -21,29 +25,85 @@ _USER_ERRORS = (params.ParamsError, data.CorpusUnavailableError, FileNotFoundErr
 
 
 def _params_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--params", default="params.yaml",
-                        help="params file (params.yaml, or a section file written by the "
-                             "workflow under results/.params/); default: %(default)s")
+    parser.add_argument("--params", action="append",
+                        help="params file: params.yaml, or section files written by the "
+                             "workflow under results/.params/ (repeat to merge several); "
+                             "default: params.yaml")
+
+
+def _load(args: argparse.Namespace, sections: list[str]) -> dict:
+    """The validated params sections a command reads."""
+    return params.merge_files(args.params or ["params.yaml"], sections)
+
+
+def _space(config: dict, scale: str) -> SearchSpace:
+    if scale not in config["spaces"]:
+        raise params.ParamsError(f"unknown scale '{scale}'; the params define the spaces "
+                                 f"{', '.join(config['spaces'])}")
+    return SearchSpace.from_dict(scale, config["spaces"][scale])
 
 
 def cmd_validate(args: argparse.Namespace) -> None:
     """Check params.yaml against the schema."""
-    params.load(args.params)
-    print(f"{args.params}: valid")
+    for path in args.params or ["params.yaml"]:
+        params.load(path)
+        print(f"{path}: valid")
 
 
 def cmd_data(args: argparse.Namespace) -> None:
     """Tokenize the corpus into token shards."""
-    config = params.load(args.params, sections=["data"])["data"]
+    config = _load(args, ["data"])["data"]
     out = args.out or f"results/data/{config['name']}"
     manifest = data.build(config, out)
     log.info("wrote %s: %d train / %d val tokens", out, manifest["splits"]["train"]["tokens"],
              manifest["splits"]["val"]["tokens"])
 
 
+def cmd_train(args: argparse.Namespace) -> None:
+    """Train the weight-sharing supernet of one scale (sandwich rule; resumes)."""
+    config = _load(args, ["supernet", "spaces"])
+    space = _space(config, args.scale)
+    shards = data.TokenShards.open(args.data, verify=True)
+    out = Path(args.out or f"results/{args.scale}/supernet")
+    work = Path(args.work_dir or f"results/{args.scale}/.train")
+    train.train(train.TrainConfig.from_params(config["supernet"]), space, shards, out, work)
+
+
+def cmd_sample(args: argparse.Namespace) -> None:
+    """Sample the architectures that later stages evaluate and measure."""
+    config = _load(args, ["sample", "spaces"])
+    space = _space(config, args.scale)
+    vocab_size = data.TokenShards.open(args.data).manifest["tokenizer"]["vocab_size"]
+    table = archs.sample_table(space, config["sample"]["n_archs"], config["sample"]["seed"],
+                               vocab_size)
+    archs.write_table(table, args.out or f"results/{args.scale}/archs.parquet")
+    log.info("sampled %d archs of the %s space (%d archs in all)", len(table), args.scale,
+             space.size())
+
+
+def cmd_perplexity(args: argparse.Namespace) -> None:
+    """Validation perplexity of the sampled archs with inherited supernet weights."""
+    config = _load(args, ["perplexity"])["perplexity"]
+    device = train.resolve_device(config["device"])
+    model, space = train.load_supernet(args.supernet, device)
+    shards = data.TokenShards.open(args.data)
+    batches = perplexity.validation_batches(shards.split("val"), space.block_size,
+                                            config["batches"], config["batch_size"],
+                                            config["seed"])
+    archs_table = pl.read_parquet(args.archs)
+    scores = perplexity.evaluate(model, archs.read_archs(args.archs), batches, device)
+    table = archs_table.select("arch_id", "params").join(scores, on="arch_id")
+    archs.write_table(table, args.out)
+
+
 def cmd_pull(args: argparse.Namespace) -> None:
     """Fetch results from the DVC remote; mark them up to date for Snakemake if current."""
     sync.pull(args.targets, remote=args.remote)
+
+
+def _scale_and_data(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--scale", default="tiny", help="search space (default: %(default)s)")
+    command.add_argument("--data", required=True, help="data-stage output folder")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,6 +121,19 @@ def build_parser() -> argparse.ArgumentParser:
     add("validate", cmd_validate)
     command = add("data", cmd_data)
     command.add_argument("--out", help="output folder (default: results/data/{data.name})")
+    command = add("train", cmd_train)
+    _scale_and_data(command)
+    command.add_argument("--out", help="output folder (default: results/{scale}/supernet)")
+    command.add_argument("--work-dir", help="resumable checkpoints (default: "
+                                            "results/{scale}/.train)")
+    command = add("sample", cmd_sample)
+    _scale_and_data(command)
+    command.add_argument("--out", help="archs table (default: results/{scale}/archs.parquet)")
+    command = add("perplexity", cmd_perplexity)
+    _scale_and_data(command)
+    command.add_argument("--supernet", required=True, help="supernet.pt of the train stage")
+    command.add_argument("--archs", required=True, help="archs table of the sample stage")
+    command.add_argument("--out", required=True, help="perplexity table (parquet)")
     command = sub.add_parser("pull", help=cmd_pull.__doc__, description=cmd_pull.__doc__)
     command.set_defaults(func=cmd_pull)
     command.add_argument("targets", nargs="*", help="stages to pull (default: all)")

@@ -102,19 +102,42 @@ def load(path: str | os.PathLike[str], sections: list[str] | None = None) -> dic
     return validate(doc, sections=sections, source=str(path))
 
 
+# Sections whose entries are read separately (one search space per scale): each entry gets a
+# file of its own, so editing the `s` space does not rerun the `tiny` stages.
+PER_ENTRY_SECTIONS = ("spaces",)
+
+
 def write_sections(params: dict[str, Any], folder: str | os.PathLike[str]) -> dict[str, Path]:
-    """Write each top-level section to ``folder/{section}.json``, only where it changed.
+    """Write each section to ``folder/{section}.json``, only where its values changed.
 
     A file's content, and so its mtime, changes only when that section's values change, so a
     rule that takes the file as input reruns exactly when the params it reads change. The
-    file holds ``{section: values}``, a valid partial params document.
+    file holds ``{section: values}``, a valid partial params document. Entries of
+    :data:`PER_ENTRY_SECTIONS` get ``{section}.{entry}.json`` files holding
+    ``{section: {entry: values}}``.
     """
     folder = Path(folder)
-    written = {}
+    documents = {}
     for section, values in params.items():
-        target = folder / f"{section}.json"
-        text = canonical_json({section: values})
-        if not target.exists() or target.read_text(encoding="utf-8") != text:
-            atomic_write_json(target, {section: values})
-        written[section] = target
-    return written
+        if section in PER_ENTRY_SECTIONS:
+            for entry, entry_values in values.items():
+                documents[f"{section}.{entry}"] = {section: {entry: entry_values}}
+        else:
+            documents[section] = {section: values}
+    for name, document in documents.items():
+        target = folder / f"{name}.json"
+        if not target.exists() or target.read_text(encoding="utf-8") != canonical_json(document):
+            atomic_write_json(target, document)
+    return {name: folder / f"{name}.json" for name in documents}
+
+
+def merge_files(paths: list[str | os.PathLike[str]], sections: list[str]) -> dict[str, Any]:
+    """Load several (partial) params files, merge their top-level sections, validate them."""
+    merged: dict[str, Any] = {}
+    for path in paths:
+        for section, values in load(path, sections=[]).items():
+            if section in PER_ENTRY_SECTIONS:
+                merged.setdefault(section, {}).update(values)
+            else:
+                merged[section] = values
+    return validate(merged, sections=sections, source=", ".join(map(str, paths)))

@@ -5,7 +5,9 @@ rule data:
         corpus=corpus_files(config["data"]["corpus"]),
     output:
         directory(DATA_DIR),
+    params:
+        files=params_flags,
     log:
         f"{RESULTS}/logs/data.log",
     shell:
-        "hwgptbench data --params {input.params} --out {output} 2>&1 | tee {log}"
+        "hwgptbench data {params.files} --out {output} 2>&1 | tee {log}"

@@ -1,0 +1,50 @@
+"""The table of sampled architectures (``results/{scale}/archs.parquet``) that later stages
+evaluate and measure: one row per arch, keyed by its canonical id."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import polars as pl
+
+from .io import atomic_path
+from .space import Arch, SearchSpace
+
+
+def sample_table(space: SearchSpace, n_archs: int, seed: int, vocab_size: int) -> pl.DataFrame:
+    """The smallest and largest arch, then ``n_archs`` uniformly sampled distinct others.
+
+    Columns: arch_id, kind (smallest / largest / sampled), embed_dim, n_layer, bias,
+    n_head and mlp_ratio (per layer), params (exact count of the extracted model).
+    """
+    ends = [space.smallest(), space.largest()]
+    sampled = [a for a in space.sample(min(space.size(), n_archs + 2), seed) if a not in ends]
+    rows = [(a, kind) for a, kind in zip(ends, ("smallest", "largest"))]
+    rows += [(a, "sampled") for a in sampled[:n_archs]]
+    return pl.DataFrame({
+        "arch_id": [a.id for a, _ in rows],
+        "kind": [kind for _, kind in rows],
+        "embed_dim": [a.embed_dim for a, _ in rows],
+        "n_layer": [a.n_layer for a, _ in rows],
+        "bias": [a.bias for a, _ in rows],
+        "n_head": [list(a.n_head) for a, _ in rows],
+        "mlp_ratio": [[float(r) for r in a.mlp_ratio] for a, _ in rows],
+        "params": [space.n_params(a, vocab_size) for a, _ in rows],
+    }, schema_overrides={"n_head": pl.List(pl.Int64), "mlp_ratio": pl.List(pl.Float64)})
+
+
+def write_table(table: pl.DataFrame, path: str | os.PathLike[str]) -> None:
+    """Write a table as parquet, atomically."""
+    with atomic_path(path) as tmp:
+        table.write_parquet(tmp)
+
+
+def read_archs(path: str | os.PathLike[str]) -> list[Arch]:
+    """The archs of an archs table file, in row order."""
+    return read_archs_from(pl.read_parquet(Path(path), columns=["arch_id"]))
+
+
+def read_archs_from(table: pl.DataFrame) -> list[Arch]:
+    """The archs of a table with an ``arch_id`` column, in row order."""
+    return [Arch.from_id(i) for i in table["arch_id"]]

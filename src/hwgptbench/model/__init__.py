@@ -1,0 +1,24 @@
+"""GPT models: the fixed model of one arch and the weight-sharing supernet of a search space."""
+
+from .elastic import (
+    ElasticBlock,
+    ElasticCausalSelfAttention,
+    ElasticEmbedding,
+    ElasticLayerNorm,
+    ElasticLinear,
+    ElasticMLP,
+)
+from .gpt import GPT, GPTConfig
+from .supernet import SuperGPT
+
+__all__ = [
+    "GPT",
+    "ElasticBlock",
+    "ElasticCausalSelfAttention",
+    "ElasticEmbedding",
+    "ElasticLayerNorm",
+    "ElasticLinear",
+    "ElasticMLP",
+    "GPTConfig",
+    "SuperGPT",
+]

@@ -1,0 +1,260 @@
+"""Sandwich-rule training of the weight-sharing supernet, with exact checkpoint/resume.
+
+Every step trains the smallest sub-network, ``random_subnets`` uniformly sampled ones and the
+largest one on the same batch, accumulating their gradients, then takes one AdamW step
+(cosine schedule with linear warm-up, gradient clipping). Data windows and sub-networks of
+step ``s`` are drawn from generators seeded by ``(seed, s)``, so the run is a pure function of
+the params and a resumed run continues exactly where a straight one would be.
+
+Multi-GPU: launch with ``torchrun``; each rank draws its own windows (seeded by its rank),
+all ranks train the same sub-networks, gradients of all but the last (largest) sub-network are
+accumulated under ``no_sync()``, and only rank 0 writes files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+from tqdm import tqdm
+
+from .data import TokenShards
+from .io import atomic_path, canonical_json
+from .model import SuperGPT
+from .space import Arch, SearchSpace
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT = "checkpoint.pt"
+SUPERNET = "supernet.pt"
+LOSS_TABLE = "loss.parquet"
+FORMAT = "hwgptbench-supernet/1"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The ``supernet`` params section."""
+
+    steps: int
+    batch_size: int
+    random_subnets: int
+    lr: float
+    betas: tuple[float, float]
+    weight_decay: float
+    warmup_steps: int
+    min_lr_ratio: float
+    grad_clip: float
+    checkpoint_every: int
+    device: str
+    seed: int
+
+    @classmethod
+    def from_params(cls, section: dict[str, Any]) -> TrainConfig:
+        return cls(**{**section, "betas": tuple(section["betas"])})
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """``auto`` → the CUDA device of this rank when CUDA is available, else the CPU."""
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device 'cuda' requested but torch sees no CUDA device; "
+                           "set device: auto or cpu")
+    if name in ("auto", "cuda") and torch.cuda.is_available():
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def step_rng(*key: int) -> np.random.Generator:
+    """A generator determined by an integer key, e.g. (seed, step, rank)."""
+    return np.random.default_rng(np.random.SeedSequence(list(key)))
+
+
+class WindowSampler:
+    """Random (input, target) windows of ``block_size`` tokens from a split's shards."""
+
+    def __init__(self, shards: list[np.ndarray], block_size: int):
+        self.shards = [s for s in shards if len(s) > block_size]
+        if not self.shards:
+            raise ValueError(f"no shard is longer than block_size {block_size} tokens")
+        lengths = np.array([len(s) - block_size for s in self.shards], dtype=np.float64)
+        self.weights = lengths / lengths.sum()
+        self.block_size = block_size
+
+    def sample(self, rng: np.random.Generator, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, y), each (batch_size, block_size) int64, y shifted by one token."""
+        which = rng.choice(len(self.shards), size=batch_size, p=self.weights)
+        rows = []
+        for shard_index in which:
+            shard = self.shards[shard_index]
+            start = int(rng.integers(0, len(shard) - self.block_size))
+            rows.append(np.asarray(shard[start:start + self.block_size + 1], dtype=np.int64))
+        window = torch.from_numpy(np.stack(rows))  # (B, T + 1)
+        return window[:, :-1], window[:, 1:]
+
+
+def sandwich(space: SearchSpace, n_random: int, seed: int, step: int) -> list[Arch]:
+    """The sub-networks of one step: smallest, random ones, largest (last)."""
+    rng_seed = int(step_rng(seed, step, 1).integers(2**31))
+    randoms = space.sample(n_random, seed=rng_seed) if n_random else []
+    return [space.smallest(), *randoms, space.largest()]
+
+
+def lr_factor(step: int, cfg: TrainConfig) -> float:
+    """Learning-rate multiplier: linear warm-up, then cosine decay to ``min_lr_ratio``."""
+    if step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine
+
+
+def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not on biases and norm gains)."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas,
+                             fused=False, foreach=False)
+
+
+def run_fingerprint(cfg: TrainConfig, space: SearchSpace, shards: TokenShards) -> str:
+    """Hash of everything a checkpoint depends on; a checkpoint of other inputs is not resumed."""
+    key = {"train": asdict(cfg), "space": space.to_dict(), "name": space.name,
+           "data": [s["sha256"] for split in shards.manifest["splits"].values()
+                    for s in split["shards"]],
+           "tokenizer": shards.manifest["tokenizer"]["sha256"]}
+    return hashlib.sha256(canonical_json(key).encode()).hexdigest()
+
+
+@dataclass
+class Distributed:
+    """This process's place in a torchrun job (world of 1 without torchrun)."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+
+    @classmethod
+    def from_env(cls) -> Distributed:
+        return cls(int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0)),
+                   int(os.environ.get("WORLD_SIZE", 1)))
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def save_torch(obj: Any, path: Path) -> None:
+    """torch.save through an atomic rename."""
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
+
+
+def train(cfg: TrainConfig, space: SearchSpace, shards: TokenShards, out_dir: str | Path,
+          work_dir: str | Path, stop_after: int | None = None) -> Path | None:
+    """Train (or resume) the supernet; write ``out_dir/supernet.pt`` and the loss table.
+
+    Resumable checkpoints go to ``work_dir`` (kept out of the declared outputs, so a workflow
+    engine that deletes incomplete outputs does not delete them). ``stop_after`` ends the call
+    after that many steps (as if killed right after a checkpoint); returns None then.
+    """
+    dist = Distributed.from_env()
+    if dist.world_size > 1 and not torch.distributed.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        torch.distributed.init_process_group(backend)
+    device = resolve_device(cfg.device, dist.local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    out_dir, work_dir = Path(out_dir), Path(work_dir)
+    vocab_size = shards.manifest["tokenizer"]["vocab_size"]
+    fingerprint = run_fingerprint(cfg, space, shards)
+
+    torch.manual_seed(cfg.seed)
+    model = SuperGPT(space, vocab_size).to(device)
+    optimizer = build_optimizer(model, cfg)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, cfg))
+    history: list[dict[str, Any]] = []
+    start = 0
+    checkpoint_path = work_dir / CHECKPOINT
+    if checkpoint_path.exists():
+        state = torch.load(checkpoint_path, map_location=device, weights_only=False)
+        if state["fingerprint"] == fingerprint:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            history, start = state["history"], state["step"]
+            log.info("resuming from %s at step %d", checkpoint_path, start)
+        else:
+            log.warning("ignoring %s: it was made with other params or data", checkpoint_path)
+
+    wrapped: torch.nn.Module = model
+    if dist.world_size > 1:
+        wrapped = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    sampler = WindowSampler(shards.split("train"), space.block_size)
+    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
+                else contextlib.nullcontext())
+    end = cfg.steps if stop_after is None else min(cfg.steps, start + stop_after)
+    model.train()
+    for step in tqdm(range(start, end), initial=start, total=cfg.steps, desc="supernet",
+                     unit="step", disable=not dist.is_main, mininterval=2.0):
+        x, y = (t.to(device) for t in sampler.sample(step_rng(cfg.seed, step, 0, dist.rank),
+                                                     cfg.batch_size))
+        archs = sandwich(space, cfg.random_subnets, cfg.seed, step)
+        for i, arch in enumerate(archs):
+            model.set_arch(arch)
+            last = i == len(archs) - 1
+            sync = contextlib.nullcontext() if last or dist.world_size == 1 else wrapped.no_sync()
+            with sync, autocast:
+                _, loss = wrapped(x, y)
+            with sync:
+                loss.backward()
+            kind = "smallest" if i == 0 else "largest" if last else "random"
+            history.append({"step": step, "kind": kind, "arch_id": arch.id,
+                            "loss": float(loss.detach()), "lr": scheduler.get_last_lr()[0]})
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        done = step + 1
+        if dist.is_main and (done % cfg.checkpoint_every == 0 or done == cfg.steps):
+            model.reset_arch()
+            save_torch({"fingerprint": fingerprint, "step": done, "model": model.state_dict(),
+                        "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                        "history": history}, checkpoint_path)
+    model.reset_arch()
+    if end < cfg.steps:
+        return None
+    if dist.is_main:
+        save_torch({"format": FORMAT, "space_name": space.name, "space": space.to_dict(),
+                    "vocab_size": vocab_size, "train": asdict(cfg), "steps": cfg.steps,
+                    "fingerprint": fingerprint, "model": model.state_dict()},
+                   out_dir / SUPERNET)
+        with atomic_path(out_dir / LOSS_TABLE) as tmp:
+            pl.DataFrame(history).write_parquet(tmp)
+    if dist.world_size > 1:
+        torch.distributed.barrier()
+    return out_dir / SUPERNET
+
+
+def load_supernet(path: str | Path, device: str | torch.device = "cpu"
+                  ) -> tuple[SuperGPT, SearchSpace]:
+    """A trained supernet and its search space, from ``supernet.pt``."""
+    state = torch.load(path, map_location=device, weights_only=False)
+    if state.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a supernet file of format {FORMAT}")
+    space = SearchSpace.from_dict(state["space_name"], state["space"])
+    model = SuperGPT(space, state["vocab_size"]).to(device)
+    model.load_state_dict(state["model"])
+    model.eval()
+    return model, space
+

@@ -1,0 +1,90 @@
+"""Sandwich-rule supernet training: schedule, sub-network choice, exact resume."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import polars as pl
+import pytest
+import torch
+
+from hwgptbench import train
+from hwgptbench.data import TokenShards
+from hwgptbench.space import SearchSpace
+
+SMALL_SPACE = SearchSpace.from_dict("small", {
+    "embed_dim": [32, 48], "n_layer": [1, 2], "n_head": [2, 3], "mlp_ratio": [2, 4],
+    "bias": [True, False], "head_size": 8, "block_size": 32, "rotary_fraction": 0.5})
+
+CONFIG = train.TrainConfig(steps=6, batch_size=4, random_subnets=1, lr=3e-3, betas=(0.9, 0.98),
+                           weight_decay=0.1, warmup_steps=2, min_lr_ratio=0.1, grad_clip=1.0,
+                           checkpoint_every=3, device="cpu", seed=5)
+
+
+def test_lr_schedule_warms_up_then_decays_to_floor() -> None:
+    cfg = replace(CONFIG, steps=100, warmup_steps=10)
+    factors = [train.lr_factor(s, cfg) for s in range(101)]
+    assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(factors[10:], factors[11:]))
+    assert factors[100] == pytest.approx(cfg.min_lr_ratio)
+
+
+def test_sandwich_is_smallest_randoms_largest_and_seeded() -> None:
+    archs = train.sandwich(SMALL_SPACE, 3, seed=1, step=7)
+    assert archs[0] == SMALL_SPACE.smallest() and archs[-1] == SMALL_SPACE.largest()
+    assert len(archs) == 5
+    assert archs == train.sandwich(SMALL_SPACE, 3, seed=1, step=7)
+    assert archs != train.sandwich(SMALL_SPACE, 3, seed=1, step=8)
+
+
+def test_windows_are_shifted_and_seeded(shakespeare: Path) -> None:
+    sampler = train.WindowSampler(TokenShards.open(shakespeare).split("train"), 32)
+    x, y = sampler.sample(train.step_rng(1, 2), 4)
+    assert x.shape == y.shape == (4, 32) and x.dtype == torch.int64
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    assert torch.equal(x, sampler.sample(train.step_rng(1, 2), 4)[0])
+
+
+def _states_equal(a: Path, b: Path) -> None:
+    state_a = torch.load(a, weights_only=False)["model"]
+    state_b = torch.load(b, weights_only=False)["model"]
+    assert state_a.keys() == state_b.keys()
+    for key in state_a:
+        assert torch.equal(state_a[key], state_b[key]), key
+
+
+def test_resume_gives_identical_weights(shakespeare: Path, tmp_path: Path) -> None:
+    shards = TokenShards.open(shakespeare)
+    straight = train.train(CONFIG, SMALL_SPACE, shards, tmp_path / "a", tmp_path / "a_work")
+    assert train.train(CONFIG, SMALL_SPACE, shards, tmp_path / "b", tmp_path / "b_work",
+                       stop_after=3) is None
+    assert not (tmp_path / "b" / train.SUPERNET).exists()
+    assert torch.load(tmp_path / "b_work" / train.CHECKPOINT, weights_only=False)["step"] == 3
+    resumed = train.train(CONFIG, SMALL_SPACE, shards, tmp_path / "b", tmp_path / "b_work")
+    _states_equal(straight, resumed)
+    loss_a = pl.read_parquet(tmp_path / "a" / train.LOSS_TABLE)
+    loss_b = pl.read_parquet(tmp_path / "b" / train.LOSS_TABLE)
+    assert loss_a.equals(loss_b)
+    assert loss_a.height == CONFIG.steps * (CONFIG.random_subnets + 2)
+    assert set(loss_a["kind"]) == {"smallest", "random", "largest"}
+
+
+def test_checkpoint_of_other_params_is_not_resumed(shakespeare: Path, tmp_path: Path) -> None:
+    shards = TokenShards.open(shakespeare)
+    train.train(CONFIG, SMALL_SPACE, shards, tmp_path / "x", tmp_path / "work", stop_after=3)
+    other = replace(CONFIG, seed=6)
+    fresh = train.train(other, SMALL_SPACE, shards, tmp_path / "y", tmp_path / "fresh_work")
+    reused = train.train(other, SMALL_SPACE, shards, tmp_path / "x", tmp_path / "work")
+    _states_equal(fresh, reused)
+
+
+def test_load_supernet_round_trip(shakespeare: Path, tmp_path: Path) -> None:
+    shards = TokenShards.open(shakespeare)
+    path = train.train(replace(CONFIG, steps=2), SMALL_SPACE, shards, tmp_path / "o",
+                       tmp_path / "w")
+    model, space = train.load_supernet(path)
+    assert space == SMALL_SPACE
+    x = torch.zeros(1, 8, dtype=torch.int64)
+    model.set_arch(SMALL_SPACE.smallest())
+    assert model(x).shape == (1, 8, shards.manifest["tokenizer"]["vocab_size"])

@@ -1,0 +1,16 @@
+rule perplexity:
+    """Validation perplexity of the sampled archs with inherited supernet weights."""
+    input:
+        params=PARAMS["perplexity"],
+        data=DATA_DIR,
+        supernet=rules.supernet.output.model,
+        archs=rules.sample_archs.output[0],
+    output:
+        f"{RESULTS}/{{scale}}/perplexity.parquet",
+    params:
+        files=params_flags,
+    log:
+        f"{RESULTS}/logs/{{scale}}/perplexity.log",
+    shell:
+        "hwgptbench perplexity --scale {wildcards.scale} {params.files} --data {input.data}"
+        " --supernet {input.supernet} --archs {input.archs} --out {output} 2>&1 | tee {log}"

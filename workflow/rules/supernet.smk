@@ -1,0 +1,33 @@
+rule supernet:
+    """Train the weight-sharing supernet of a scale with the sandwich rule (resumes from
+    results/{scale}/.train/ when killed)."""
+    input:
+        params=lambda wc: [PARAMS["supernet"], PARAMS[f"spaces.{wc.scale}"]],
+        data=DATA_DIR,
+    output:
+        model=f"{RESULTS}/{{scale}}/supernet/supernet.pt",
+        loss=f"{RESULTS}/{{scale}}/supernet/loss.parquet",
+    params:
+        files=params_flags,
+    log:
+        f"{RESULTS}/logs/{{scale}}/supernet.log",
+    shell:
+        "hwgptbench train --scale {wildcards.scale} {params.files} --data {input.data}"
+        " --out $(dirname {output.model}) --work-dir {RESULTS}/{wildcards.scale}/.train"
+        " 2>&1 | tee {log}"
+
+
+rule sample_archs:
+    """Sample the architectures of a scale that are evaluated and measured."""
+    input:
+        params=lambda wc: [PARAMS["sample"], PARAMS[f"spaces.{wc.scale}"]],
+        data=DATA_DIR,
+    output:
+        f"{RESULTS}/{{scale}}/archs.parquet",
+    params:
+        files=params_flags,
+    log:
+        f"{RESULTS}/logs/{{scale}}/sample_archs.log",
+    shell:
+        "hwgptbench sample --scale {wildcards.scale} {params.files} --data {input.data}"
+        " --out {output} 2>&1 | tee {log}"
