@@ -3,7 +3,7 @@
 For each case the two forwards (fp32, CPU, torch.inference_mode) are interleaved, alternating
 which goes first, after a warm-up; the script prints both medians and supernet / fixed.
 
-    python benchmarks/subnet_overhead.py [--threads 2] [--repeats 30] [--warmup 3]
+    python benchmarks/subnet_overhead.py [--threads 2] [--repeats 30] [--warmup 3] [--params params.yaml]
 """
 
 from __future__ import annotations
@@ -14,18 +14,11 @@ import time
 
 import torch
 
+from hwgptbench import params
 from hwgptbench.model import SuperGPT
 from hwgptbench.space import Arch, SearchSpace
 
 VOCAB = 4096  # the tokenizer of params.yaml; also keeps the `s` embedding small
-SPACES = {
-    "tiny": {"embed_dim": [64, 96, 128], "n_layer": [2, 3, 4], "n_head": [2, 4],
-             "mlp_ratio": [2, 3, 4], "bias": [True, False], "head_size": 16, "block_size": 128,
-             "rotary_fraction": 0.5},
-    "s": {"embed_dim": [192, 384, 768], "n_layer": [10, 11, 12], "n_head": [4, 8, 12],
-          "mlp_ratio": [2, 3, 4], "bias": [True, False], "head_size": 64, "block_size": 1024,
-          "rotary_fraction": 0.5},
-}
 SHAPES = {"tiny": (16, 128), "s": (1, 256)}  # (batch, sequence length)
 ROW = "{:<5} {:<8} {:>4} {:>3} {:>3} {:>3} {:>7} {:>11} {:>12} {:>9} {:>6}"
 
@@ -64,6 +57,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--params", default="params.yaml", help="where the spaces are defined")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, CPU, fp32, inference_mode, "
@@ -71,7 +65,8 @@ def main() -> None:
           f"median of {args.repeats} interleaved repeats after {args.warmup} warm-up")
     print(ROW.format("space", "arch", "E", "L", "h", "r", "B x T", "params", "supernet ms",
                      "fixed ms", "ratio"))
-    for name, d in SPACES.items():
+    spaces = params.load(args.params)["spaces"]
+    for name, d in ((name, spaces[name]) for name in SHAPES):
         space = SearchSpace.from_dict(name, d)
         torch.manual_seed(0)
         supernet = SuperGPT(space, VOCAB).eval()

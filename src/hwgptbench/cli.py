@@ -92,8 +92,12 @@ def cmd_perplexity(args: argparse.Namespace) -> None:
                                             config["seed"])
     archs_table = pl.read_parquet(args.archs)
     scores = perplexity.evaluate(model, archs.read_archs(args.archs), batches, device)
-    table = archs_table.select("arch_id", "params").join(scores, on="arch_id")
-    archs.write_table(table, args.out)
+    table = archs_table.select("arch_id", "kind", "params").join(scores, on="arch_id")
+    archs.write_table(table.drop("kind"), args.out)
+    ends = dict(zip(table["kind"], table["perplexity"]))
+    log.info("perplexity: smallest %.2f, largest %.2f; Spearman(params, perplexity) = %.3f "
+             "over %d archs", ends["smallest"], ends["largest"],
+             table.select(pl.corr("params", "perplexity", method="spearman")).item(), len(table))
 
 
 def cmd_pull(args: argparse.Namespace) -> None:

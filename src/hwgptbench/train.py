@@ -214,9 +214,9 @@ def train(cfg: TrainConfig, space: SearchSpace, shards: TokenShards, out_dir: st
             model.set_arch(arch)
             last = i == len(archs) - 1
             sync = contextlib.nullcontext() if last or dist.world_size == 1 else wrapped.no_sync()
-            with sync, autocast:
-                _, loss = wrapped(x, y)
             with sync:
+                with autocast:
+                    _, loss = wrapped(x, y)
                 loss.backward()
             kind = "smallest" if i == 0 else "largest" if last else "random"
             history.append({"step": step, "kind": kind, "arch_id": arch.id,
