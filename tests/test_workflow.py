@@ -16,11 +16,14 @@ import yaml
 from conftest import make_project, run
 
 NOTHING_TO_DO = "Nothing to be done"
-ALL_STAGES = {"data", "supernet", "sample_archs", "perplexity"}
+ALL_STAGES = {"data", "supernet", "sample_archs", "perplexity", "measure", "measure_device",
+              "measurements"}
 # The whole workflow, small enough for a test.
 FAST = {"supernet.steps": 3, "supernet.batch_size": 2, "supernet.checkpoint_every": 2,
         "supernet.device": "cpu", "sample.n_archs": 3, "perplexity.batches": 1,
-        "perplexity.batch_size": 2, "perplexity.device": "cpu"}
+        "perplexity.batch_size": 2, "perplexity.device": "cpu", "measure.warmup": 1,
+        "measure.min_repeats": 5, "measure.max_repeats": 20, "measure.max_seconds": 0.2,
+        "measure.energy_window_s": 0.2, "measure.memory": False}
 
 
 def dvc_status(repo: Path) -> dict:
@@ -55,6 +58,7 @@ def pushed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run(["git", "commit", "-qam", "fast params"], repo)
     run(["dvc", "repro"], repo)
     assert (repo / "results" / "tiny" / "perplexity.parquet").exists()
+    assert (repo / "results" / "tiny" / "measurements.parquet").exists()
     assert dvc_status(repo) == {}
     assert snakemake_jobs(repo) == set()
     run(["dvc", "push"], repo)

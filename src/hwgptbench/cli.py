@@ -15,13 +15,15 @@ from pathlib import Path
 
 import polars as pl
 
-from . import __version__, archs, data, params, perplexity, sync, train
+from . import __version__, archs, data, measurements, params, perplexity, sync, train
+from .measure import (DTYPES, DeviceMismatchError, auto_label, default_device,
+                      dtype_unsupported_reason, fingerprint, open_energy_meter)
 from .space import SearchSpace
 
 log = logging.getLogger("hwgptbench")
 
 _USER_ERRORS = (params.ParamsError, data.CorpusUnavailableError, FileNotFoundError,
-                sync.StaleResultsError)
+                sync.StaleResultsError, DeviceMismatchError, measurements.MeasurementError)
 
 
 def _params_arg(parser: argparse.ArgumentParser) -> None:
@@ -100,6 +102,51 @@ def cmd_perplexity(args: argparse.Namespace) -> None:
              table.select(pl.corr("params", "perplexity", method="spearman")).item(), len(table))
 
 
+def cmd_measure(args: argparse.Namespace) -> None:
+    """Measure latency, energy, memory and FLOPs of sampled archs on this machine."""
+    config = _load(args, ["measure", "spaces"])
+    space = _space(config, args.scale)
+    data_dir = args.data or f"results/data/{_load(args, ['data'])['data']['name']}"
+    vocab_size = data.TokenShards.open(data_dir).manifest["tokenizer"]["vocab_size"]
+    section = config["measure"]
+    label = measurements.device_label({**section, "device": args.device or section["device"]},
+                                      section["threads"])
+    index, count = measurements.parse_shard(args.shard)
+    out = args.out or f"results/{args.scale}/.measure/{label}/shard-{index}-of-{count}.parquet"
+    archs_path = args.archs or f"results/{args.scale}/archs.parquet"
+    table = measurements.measure_shard(section, space, archs.read_archs(archs_path), vocab_size,
+                                       label, (index, count), out)
+    log.info("wrote %s: %d rows on %s", out, table.height, label)
+
+
+def cmd_merge(args: argparse.Namespace) -> None:
+    """Merge measurement shards into a device table, or device tables into one table."""
+    merge = measurements.merge_devices if args.devices else measurements.merge_shards
+    table = merge(args.inputs, args.out)
+    log.info("wrote %s: %d rows", args.out, table.height)
+
+
+def cmd_devices(args: argparse.Namespace) -> None:
+    """Print this machine's fingerprint, label and which metrics it can measure."""
+    config = _load(args, ["measure"])["measure"]
+    device = default_device()
+    identity = fingerprint(config["threads"], device)
+    print(f"label: {auto_label(identity)}  (measure.device: auto)")
+    for key, value in identity.items():
+        print(f"  {key}: {value}")
+    print("metrics:")
+    print("  latency: yes (" + ("CUDA events" if device.type == "cuda" else
+                               f"perf_counter_ns, {config['threads']} threads") + ")")
+    with open_energy_meter(device) as meter:
+        energy = f"yes ({meter.source})" if meter.available else f"no: {meter.reason}"
+    print(f"  energy: {energy}")
+    memory = "allocator peak" if device.type == "cuda" else "peak RSS of a subprocess"
+    print(f"  memory: yes ({memory})")
+    for name, dtype in DTYPES.items():
+        reason = dtype_unsupported_reason(dtype, device)
+        print(f"  dtype {name}: {'yes' if reason is None else 'no: ' + reason}")
+
+
 def cmd_pull(args: argparse.Namespace) -> None:
     """Fetch results from the DVC remote; mark them up to date for Snakemake if current."""
     sync.pull(args.targets, remote=args.remote)
@@ -138,6 +185,21 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--supernet", required=True, help="supernet.pt of the train stage")
     command.add_argument("--archs", required=True, help="archs table of the sample stage")
     command.add_argument("--out", required=True, help="perplexity table (parquet)")
+    command = add("measure", cmd_measure)
+    command.add_argument("--scale", default="tiny", help="search space (default: %(default)s)")
+    command.add_argument("--device", help="device label, or auto (default: measure.device)")
+    command.add_argument("--shard", default="0/1", help="measure shard i of n (default: 0/1)")
+    command.add_argument("--archs", help="archs table (default: results/{scale}/archs.parquet)")
+    command.add_argument("--data", help="data-stage folder, for the vocabulary size "
+                                        "(default: results/data/{data.name})")
+    command.add_argument("--out", help="shard table (default: "
+                                       "results/{scale}/.measure/{device}/shard-i-of-n.parquet)")
+    command = add("merge-measurements", cmd_merge)
+    command.add_argument("--devices", action="store_true",
+                         help="inputs are device tables (default: shards of one device)")
+    command.add_argument("--out", required=True, help="merged table (parquet)")
+    command.add_argument("inputs", nargs="+", help="tables to merge")
+    add("devices", cmd_devices)
     command = sub.add_parser("pull", help=cmd_pull.__doc__, description=cmd_pull.__doc__)
     command.set_defaults(func=cmd_pull)
     command.add_argument("targets", nargs="*", help="stages to pull (default: all)")

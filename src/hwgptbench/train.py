@@ -126,9 +126,20 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Ada
                              fused=False, foreach=False)
 
 
+def code_fingerprint() -> str:
+    """Hash of the source of training, model and space: a code change starts training anew."""
+    package = Path(__file__).parent
+    digest = hashlib.sha256()
+    sources = [package / "train.py", package / "space.py", *sorted(package.glob("model/*.py"))]
+    for path in sources:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def run_fingerprint(cfg: TrainConfig, space: SearchSpace, shards: TokenShards) -> str:
     """Hash of everything a checkpoint depends on; a checkpoint of other inputs is not resumed."""
     key = {"train": asdict(cfg), "space": space.to_dict(), "name": space.name,
+           "code": code_fingerprint(),
            "data": [s["sha256"] for split in shards.manifest["splits"].values()
                     for s in split["shards"]],
            "tokenizer": shards.manifest["tokenizer"]["sha256"]}

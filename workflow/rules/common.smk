@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+from hwgptbench.measure import auto_label, default_device, fingerprint
+
 RESULTS = "results"
 PARAMS = hwparams.write_sections(config, f"{RESULTS}/.params")
 DATA_DIR = f"{RESULTS}/data/{config['data']['name']}"
@@ -13,8 +15,24 @@ if unknown:
                         f"(defined: {', '.join(config['spaces'])})")
 
 
+MEASURE_SHARDS = config["measure"]["shards"]
+# This machine's device label; `auto` is derived from the hardware here (a given label is
+# checked against the hardware by the measure job itself, which may run on another node).
+LOCAL_DEVICE = (auto_label(fingerprint(config["measure"]["threads"], default_device()))
+                if config["measure"]["device"] == "auto" else config["measure"]["device"])
+
+
 wildcard_constraints:
     scale="|".join(SCALES),
+    device="[a-z0-9][a-z0-9-]*",
+    shard=r"\d+",
+
+
+def device_tables(scale):
+    """This machine's device table plus those of other devices already present."""
+    folder = Path(RESULTS) / scale / "measure"
+    present = {p.stem for p in folder.glob("*.parquet")}
+    return [str(folder / f"{d}.parquet") for d in sorted(present | {LOCAL_DEVICE})]
 
 
 def params_flags(wildcards, input):

@@ -9,6 +9,7 @@ rule perplexity:
         f"{RESULTS}/{{scale}}/perplexity.parquet",
     params:
         files=params_flags,
+    threads: workflow.cores  # torch uses every core
     log:
         f"{RESULTS}/logs/{{scale}}/perplexity.log",
     shell:

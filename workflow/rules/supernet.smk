@@ -9,6 +9,7 @@ rule supernet:
         loss=f"{RESULTS}/{{scale}}/supernet/loss.parquet",
     params:
         files=params_flags,
+    threads: workflow.cores  # torch uses every core
     log:
         f"{RESULTS}/logs/{{scale}}/supernet.log",
     shell:

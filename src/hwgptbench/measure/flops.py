@@ -1,0 +1,25 @@
+"""Analytic FLOPs of one forward of the fixed model, in the convention of torch's FlopCounterMode.
+
+A multiply-add counts 2 FLOPs, and only matrix products count: the fused QKV, attention output,
+MLP and tied LM-head projections, and attention's QK^T and AV over the full T x T score matrix
+(FlopCounterMode's SDPA formula ignores the causal mask, as does the math path's bmm). Bias
+adds, LayerNorm, rotary, GELU, softmax and the embedding lookup are not counted.
+"""
+
+from __future__ import annotations
+
+from ..space import Arch, SearchSpace
+
+
+def forward_flops(arch: Arch, space: SearchSpace, vocab_size: int, batch: int,
+                  seq_len: int) -> int:
+    """FLOPs of one forward of arch on a (batch, seq_len) batch of token ids."""
+    space.validate(arch)
+    tokens = batch * seq_len
+    embed = arch.embed_dim
+    flops = 2 * tokens * embed * vocab_size  # LM head
+    for n_head, hidden in zip(arch.n_head, arch.mlp_hidden):
+        width = n_head * space.head_size
+        flops += 2 * tokens * embed * (4 * width + 2 * hidden)  # qkv, attn proj, fc, mlp proj
+        flops += 2 * 2 * batch * n_head * seq_len * seq_len * space.head_size  # QK^T and AV
+    return flops

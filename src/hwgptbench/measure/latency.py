@@ -1,0 +1,140 @@
+"""Latency of one call, repeated until its median is known to a target precision.
+
+On the CPU each call is timed with ``time.perf_counter_ns``; on CUDA with a pair of CUDA events
+around it, read after one synchronisation per batch, so a sample is the device time from the
+start of the call's first kernel slot to the end of its last (launch gaps included). Samples are
+taken in batches of ``min_repeats`` until the distribution-free 95% confidence interval of the
+median (order statistics at the binomial(n, 1/2) quantile ranks) has a half-width of at most
+``target_rel_ci`` times the median, or ``max_repeats`` samples or ``max_seconds`` are reached
+(both checked after each batch, so a run takes at least ``min_repeats`` calls).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+
+LATENCY_FIELDS = ("latency_ms", "latency_mean_ms", "latency_std_ms", "latency_iqr_ms",
+                  "latency_n", "latency_ci95_ms", "latency_ci95_rel")
+
+
+def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int] | None:
+    """0-based ranks (lo, hi) of the sorted samples that bound a distribution-free confidence
+    interval of the median of n samples; None when n is too small to reach the confidence."""
+    alpha = (1 - confidence) / 2
+    log_norm = math.lgamma(n + 1) + n * math.log(0.5)
+    cdf, lower = 0.0, 0  # lower: 1-based rank l, coverage 1 - 2 P(Binomial(n, 1/2) <= l - 1)
+    for k in range(n // 2 + 1):
+        cdf += math.exp(log_norm - math.lgamma(k + 1) - math.lgamma(n - k + 1))
+        if cdf > alpha:
+            break
+        lower = k + 1
+    return (lower - 1, n - lower) if lower else None
+
+
+def median_ci_halfwidth(samples: Sequence[float], confidence: float = 0.95) -> float:
+    """Half the width of the distribution-free confidence interval of the median; inf when the
+    samples are too few for the confidence."""
+    ranks = median_ci_ranks(len(samples), confidence)
+    if ranks is None:
+        return math.inf
+    ordered = sorted(samples)
+    return (ordered[ranks[1]] - ordered[ranks[0]]) / 2
+
+
+def latency_stats(samples_ms: Sequence[float]) -> dict[str, Any]:
+    """Median, mean, sample std, IQR, count and median CI (half-width, relative) in ms."""
+    values = np.asarray(samples_ms, dtype=np.float64)
+    median = float(np.median(values))
+    q25, q75 = np.percentile(values, [25, 75])
+    half = median_ci_halfwidth(samples_ms)
+    return {
+        "latency_ms": median,
+        "latency_mean_ms": float(values.mean()),
+        "latency_std_ms": float(values.std(ddof=1)),
+        "latency_iqr_ms": float(q75 - q25),
+        "latency_n": len(values),
+        "latency_ci95_ms": half,
+        "latency_ci95_rel": half / median if median > 0 else math.inf,
+    }
+
+
+def _cpu_times_ms(fn: Callable[[], Any], n: int) -> list[float]:
+    """Wall time of n calls of fn, one by one."""
+    times = []
+    for _ in range(n):
+        start = time.perf_counter_ns()
+        fn()
+        times.append((time.perf_counter_ns() - start) / 1e6)
+    return times
+
+
+def _cuda_times_ms(fn: Callable[[], Any], n: int) -> list[float]:
+    """CUDA-event time of n back-to-back calls of fn, read after one synchronisation."""
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(n)]
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in events]
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on a CUDA device; nothing to do on the CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_latency(fn: Callable[[], Any], device: torch.device, *, warmup: int,
+                    min_repeats: int, max_repeats: int, target_rel_ci: float = 0.02,
+                    max_seconds: float) -> dict[str, Any]:
+    """Latency statistics of fn on device (see the module docstring for the stopping rule)."""
+    if not 2 <= min_repeats <= max_repeats:
+        raise ValueError(f"need 2 <= min_repeats <= max_repeats, got {min_repeats}, "
+                         f"{max_repeats}")
+    device = torch.device(device)
+    times = _cuda_times_ms if device.type == "cuda" else _cpu_times_ms
+    with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
+        for _ in range(warmup):
+            fn()
+        synchronize(device)
+        samples: list[float] = []
+        start = time.perf_counter()
+        while True:
+            samples += times(fn, min(min_repeats, max_repeats - len(samples)))
+            stats = latency_stats(samples)
+            done = (stats["latency_ci95_rel"] <= target_rel_ci
+                    or time.perf_counter() - start >= max_seconds)
+            if len(samples) >= max_repeats or (len(samples) >= min_repeats and done):
+                return stats
+
+
+def cuda_graph_callable(model: nn.Module, x: torch.Tensor, warmup: int = 3
+                        ) -> Callable[[], torch.Tensor]:
+    """A callable replaying one captured CUDA-graph forward of model on x (static input and
+    output: it returns the same output tensor every call)."""
+    stream = torch.cuda.Stream(device=x.device)
+    stream.wait_stream(torch.cuda.current_stream(x.device))
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            model(x)
+    torch.cuda.current_stream(x.device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = model(x)
+
+    def replay() -> torch.Tensor:
+        graph.replay()
+        return out
+
+    return replay

@@ -1,0 +1,166 @@
+"""One measurement row per (arch, condition): FLOPs, parameters, latency, energy and memory.
+
+A condition is a batch size, a sequence length, a dtype and a launch mode (eager, or a captured
+CUDA graph replayed). The fixed model of an arch is built with seeded random weights (cost
+does not depend on the weight values, so measurement needs no trained supernet and can run on
+any machine that has the archs table), cast to the dtype and fed seeded random token ids
+under ``torch.inference_mode``. What cannot be measured
+is recorded, not raised: a dtype the device does not run gives ``status`` 'unsupported_dtype',
+running out of memory 'oom', each with the metrics None and the reason.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from functools import partial
+from typing import Any
+
+import torch
+
+from ..model import GPT, GPTConfig
+from ..space import Arch, SearchSpace
+from .device import DTYPES, dtype_unsupported_reason
+from .energy import EnergyMeter, measure_energy
+from .flops import forward_flops
+from .latency import LATENCY_FIELDS, cuda_graph_callable, measure_latency
+from .memory import cpu_memory, cuda_memory, unmeasured
+
+log = logging.getLogger(__name__)
+
+LAUNCHES = ("eager", "cuda_graph")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """The input shape, dtype and launch mode of a measurement."""
+
+    batch_size: int
+    seq_len: int
+    dtype: str
+    launch: str = "eager"
+
+    def __post_init__(self) -> None:
+        for field in ("batch_size", "seq_len"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{field}: {value!r} is not a positive int")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype: {self.dtype!r} is not one of {list(DTYPES)}")
+        if self.launch not in LAUNCHES:
+            raise ValueError(f"launch: {self.launch!r} is not one of {list(LAUNCHES)}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How long and how precisely to measure, with how many CPU threads and which input seed."""
+
+    threads: int
+    warmup: int = 10
+    min_repeats: int = 20
+    max_repeats: int = 1000
+    target_rel_ci: float = 0.02
+    max_seconds: float = 10.0
+    energy_seconds: float = 3.0
+    memory: bool = True
+    seed: int = 0
+
+
+def conditions_from_params(section: Mapping[str, Any], device: torch.device) -> list[Condition]:
+    """Cartesian product of the lists ``batch_size``, ``seq_len``, ``dtype`` and ``launch``
+    (default [eager]) of a params section; cuda_graph is dropped off CUDA."""
+    lists = {}
+    for key in ("batch_size", "seq_len", "dtype", "launch"):
+        values = section.get(key, ["eager"] if key == "launch" else None)
+        if not isinstance(values, list) or not values:
+            raise ValueError(f"measurement conditions: {key}: expected a non-empty list, "
+                             f"got {values!r}")
+        lists[key] = values
+    if torch.device(device).type != "cuda" and "cuda_graph" in lists["launch"]:
+        log.info("launch mode cuda_graph skipped on %s", device)
+        lists["launch"] = [launch for launch in lists["launch"] if launch != "cuda_graph"]
+        if not lists["launch"]:
+            raise ValueError(f"measurement conditions: no launch mode runs on {device}")
+    return [Condition(*values) for values in itertools.product(*lists.values())]
+
+
+def _unmeasured(row: dict[str, Any], meter: EnergyMeter, status: str,
+                reason: str) -> dict[str, Any]:
+    """The row with every metric None and the reason."""
+    row |= {"status": status, "reason": reason, **dict.fromkeys(LATENCY_FIELDS),
+            "energy_mj": None, "energy_window_s": None, "energy_calls": None,
+            "energy_source": meter.source, "energy_reason": reason, **unmeasured(reason)}
+    return row
+
+
+def build_model(space: SearchSpace, arch: Arch, vocab_size: int, seed: int,
+                device: torch.device, dtype: torch.dtype) -> GPT:
+    """The fixed model of arch with weights drawn from seed, on device, in dtype, in eval mode."""
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = GPT(GPTConfig.from_space(space, arch, vocab_size))
+    return model.to(dtype=dtype).eval()
+
+
+def _memory(model: torch.nn.Module, x: torch.Tensor, space: SearchSpace, arch: Arch,
+            vocab_size: int, condition: Condition, settings: Settings) -> dict[str, Any]:
+    """Memory fields: allocator statistics on CUDA, a fresh subprocess on the CPU."""
+    if not settings.memory:
+        return unmeasured("memory measurement disabled in the settings")
+    if x.device.type == "cuda":
+        return cuda_memory(model, x)
+    return cpu_memory(space, arch, vocab_size, DTYPES[condition.dtype],
+                      condition.batch_size, condition.seq_len, settings.seed, settings.threads)
+
+
+def _measure(space: SearchSpace, arch: Arch, vocab_size: int, condition: Condition,
+             x: torch.Tensor, meter: EnergyMeter, settings: Settings) -> dict[str, Any]:
+    """Latency, energy and memory fields of arch on token ids x (on the measured device)."""
+    model = build_model(space, arch, vocab_size, settings.seed, x.device,
+                        DTYPES[condition.dtype])
+    with torch.inference_mode():
+        memory = _memory(model, x, space, arch, vocab_size, condition, settings)
+        if condition.launch == "cuda_graph":
+            fn = cuda_graph_callable(model, x)
+        else:
+            fn = partial(model, x)
+        latency = measure_latency(fn, x.device, warmup=settings.warmup,
+                                  min_repeats=settings.min_repeats,
+                                  max_repeats=settings.max_repeats,
+                                  target_rel_ci=settings.target_rel_ci,
+                                  max_seconds=settings.max_seconds)
+        energy = measure_energy(fn, meter, x.device, settings.energy_seconds)
+    return {**latency, **energy, **memory}
+
+
+def measure_arch(space: SearchSpace, arch: Arch, vocab_size: int, condition: Condition,
+                 device: torch.device, meter: EnergyMeter, settings: Settings) -> dict[str, Any]:
+    """One row: arch_id, the condition, params, flops, threads, status and reason, latency
+    statistics, energy and memory fields."""
+    device = torch.device(device)
+    if condition.launch == "cuda_graph" and device.type != "cuda":
+        raise ValueError(f"launch mode cuda_graph needs a CUDA device, got {device}")
+    torch.set_num_threads(settings.threads)
+    row: dict[str, Any] = {
+        "arch_id": arch.id, **asdict(condition),
+        "params": space.n_params(arch, vocab_size),
+        "flops": forward_flops(arch, space, vocab_size, condition.batch_size, condition.seq_len),
+        "threads": torch.get_num_threads(),
+    }
+    reason = dtype_unsupported_reason(DTYPES[condition.dtype], device)
+    if reason is not None:
+        return _unmeasured(row, meter, "unsupported_dtype", reason)
+    generator = torch.Generator().manual_seed(settings.seed)
+    x = torch.randint(vocab_size, (condition.batch_size, condition.seq_len), generator=generator)
+    try:
+        measured = _measure(space, arch, vocab_size, condition, x.to(device), meter, settings)
+    except torch.OutOfMemoryError as err:
+        log.warning("%s %s: out of memory", arch.id, condition)
+        reason = f"out of memory: {err}".splitlines()[0]
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    if reason is not None:
+        return _unmeasured(row, meter, "oom", reason)
+    return row | {"status": "ok", "reason": None, **measured}

@@ -1,0 +1,42 @@
+rule measure:
+    """Measure shard {shard} of the sampled archs on this machine (device {device})."""
+    input:
+        params=lambda wc: [PARAMS["measure"], PARAMS[f"spaces.{wc.scale}"]],
+        archs=rules.sample_archs.output[0],
+        data=DATA_DIR,
+    output:
+        f"{RESULTS}/{{scale}}/.measure/{{device}}/shard-{{shard}}-of-{MEASURE_SHARDS}.parquet",
+    params:
+        files=params_flags,
+    threads: workflow.cores  # alone on the machine: concurrent jobs would distort timings
+    log:
+        f"{RESULTS}/logs/{{scale}}/measure-{{device}}-{{shard}}.log",
+    shell:
+        "hwgptbench measure --scale {wildcards.scale} {params.files} --data {input.data}"
+        " --archs {input.archs} --device {wildcards.device}"
+        " --shard {wildcards.shard}/{MEASURE_SHARDS} --out {output} 2>&1 | tee {log}"
+
+
+rule measure_device:
+    """The measurement table of one device, from its shards."""
+    input:
+        expand(rules.measure.output[0], shard=range(MEASURE_SHARDS), allow_missing=True),
+    output:
+        f"{RESULTS}/{{scale}}/measure/{{device}}.parquet",
+    log:
+        f"{RESULTS}/logs/{{scale}}/measure_device-{{device}}.log",
+    shell:
+        "hwgptbench merge-measurements --out {output} {input} 2>&1 | tee {log}"
+
+
+rule measurements:
+    """All device tables of a scale in one table: this machine's and any other present
+    (pulled with DVC or copied into results/{scale}/measure/)."""
+    input:
+        lambda wc: device_tables(wc.scale),
+    output:
+        f"{RESULTS}/{{scale}}/measurements.parquet",
+    log:
+        f"{RESULTS}/logs/{{scale}}/measurements.log",
+    shell:
+        "hwgptbench merge-measurements --devices --out {output} {input} 2>&1 | tee {log}"
