@@ -41,7 +41,7 @@ from hwgptbench.measure import (
 )
 from hwgptbench.measure import energy, latency, runner
 from hwgptbench.measure.energy import PowerSamplingMeter
-from hwgptbench.measure.latency import LATENCY_FIELDS, latency_stats
+from hwgptbench.measure.latency import LATENCY_FIELDS, latency_stats, measure_latency_interleaved
 from hwgptbench.model import GPT, GPTConfig, SuperGPT
 from hwgptbench.space import SearchSpace
 
@@ -362,6 +362,25 @@ def test_conditions_from_params() -> None:
         conditions_from_params({**section, "dtype": ["fp8"]}, CPU)
     with pytest.raises(ValueError, match="seq_len"):
         conditions_from_params({**section, "seq_len": 64}, CPU)
+
+
+def test_interleaved_latency_times_every_callable_equally() -> None:
+    calls = [0, 0, 0]
+
+    def busy(i: int, seconds: float) -> None:
+        calls[i] += 1
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    fns = [lambda i=i, s=s: busy(i, s) for i, s in enumerate((0.0005, 0.001, 0.002))]
+    stats = measure_latency_interleaved(fns, CPU, warmup=2, min_repeats=8, max_repeats=50,
+                                        max_seconds=0.5, seed=1)
+    assert len({row["latency_n"] for row in stats}) == 1 and stats[0]["latency_n"] >= 8
+    visits = stats[0]["latency_n"] // latency.VISIT_CALLS
+    assert calls[0] == calls[1] == calls[2] == stats[0]["latency_n"] + visits + 2
+    medians = [row["latency_ms"] for row in stats]
+    assert medians == sorted(medians) and 1.5 < medians[2] / medians[1] < 2.5
 
 
 def test_measure_arch_row_on_cpu() -> None:

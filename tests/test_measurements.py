@@ -19,7 +19,7 @@ SPACE = SearchSpace.from_dict("small", {
 # Quick settings: timing statistics are still complete, just coarse.
 FAST = {"warmup": 1, "min_repeats": 5, "max_repeats": 20, "target_rel_ci": 0.02,
         "max_seconds": 0.2, "energy_window_s": 0.2, "memory": False, "threads": 2,
-        "shards": 2, "seed": 0}
+        "shards": 2, "seed": 0, "interleave": True}
 
 
 def _section(**overrides: object) -> dict:
@@ -60,6 +60,8 @@ def test_device_table_rows(device_table: Path) -> None:
     label = auto_label(fingerprint(2, default_device()))
     assert set(table["device"]) == {label}
     assert set(table["status"]) == {"ok"}
+    assert table["latency_interleaved"].all()
+    assert table["latency_n"].min() >= FAST["min_repeats"]
     assert table.select(measurements.KEY).is_unique().all()
     for column in ("latency_ms", "latency_ci95_ms", "latency_n", "flops", "params"):
         assert table[column].null_count() == 0 and (table[column] > 0).all()

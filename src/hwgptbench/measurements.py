@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+from dataclasses import replace
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from . import __version__
 from .archs import write_table
 from .measure import (Condition, Settings, conditions_from_params, default_device, fingerprint,
                       measure_arch, open_energy_meter, resolve_label)
+from .measure.runner import measure_latency_of_archs
 from .space import Arch, SearchSpace
 
 log = logging.getLogger(__name__)
@@ -86,27 +88,50 @@ def device_label(section: dict[str, Any], threads: int) -> str:
                          section["aliases"])
 
 
-def measure_shard(section: dict[str, Any], space: SearchSpace, archs: Sequence[Arch],
-                  vocab_size: int, label: str, shard: tuple[int, int],
-                  out: str | os.PathLike[str]) -> pl.DataFrame:
-    """Measure shard i of n of ``archs`` on this machine; write the rows to ``out``."""
+def measure_rows(section: dict[str, Any], space: SearchSpace, archs: Sequence[Arch],
+                 vocab_size: int, label: str, desc: str = "measure") -> list[dict[str, Any]]:
+    """Rows of every (arch, condition) on this machine, labelled ``label``.
+
+    With ``measure.interleave`` the latency of all archs of a condition is timed round-robin
+    (one forward of each per cycle), so a machine whose speed drifts over time (shared or
+    virtual CPUs) biases no arch against another; energy and memory are then measured arch by
+    arch.
+    """
     device = default_device()
     settings = settings_from_params(section)
     identity = fingerprint(settings.threads, device)
     resolved = resolve_label(label, identity, section["aliases"])
-    chosen = list(archs)[shard[0]::shard[1]]
-    measured_conditions = conditions(section, space, device)
-    todo = [(arch, c) for arch in chosen for c in measured_conditions]
+    interleave = section["interleave"]
+    per_arch = replace(settings, latency=not interleave)
     versions = {"hwgptbench_version": __version__, "python_version": platform.python_version()}
     rows = []
     with open_energy_meter(device) as meter:
         if not meter.available:
             log.info("energy not measured: %s", meter.reason)
-        for arch, condition in tqdm(todo, desc=f"measure {resolved} {shard[0]}/{shard[1]}",
-                                    unit="row", mininterval=2.0):
-            row = measure_arch(space, arch, vocab_size, condition, device, meter, settings)
-            rows.append({"device": resolved, "scale": space.name, **row, **identity,
-                         **versions})
+        for condition in conditions(section, space, device):
+            batch = [measure_arch(space, arch, vocab_size, condition, device, meter, per_arch)
+                     for arch in tqdm(archs, desc=f"{desc} {condition.batch_size}x"
+                                      f"{condition.seq_len} {condition.dtype} "
+                                      f"{condition.launch}", unit="arch", mininterval=2.0)]
+            ok = [i for i, row in enumerate(batch) if row["status"] == "ok"]
+            if interleave and ok:
+                log.info("timing %d archs interleaved", len(ok))
+                timed = measure_latency_of_archs(space, [archs[i] for i in ok], vocab_size,
+                                                 condition, device, settings)
+                for i, stats in zip(ok, timed):
+                    batch[i].update(stats)
+            rows += [{"device": resolved, "scale": space.name, **row,
+                      "latency_interleaved": interleave, **identity, **versions}
+                     for row in batch]
+    return rows
+
+
+def measure_shard(section: dict[str, Any], space: SearchSpace, archs: Sequence[Arch],
+                  vocab_size: int, label: str, shard: tuple[int, int],
+                  out: str | os.PathLike[str]) -> pl.DataFrame:
+    """Measure shard i of n of ``archs`` on this machine; write the rows to ``out``."""
+    rows = measure_rows(section, space, list(archs)[shard[0]::shard[1]], vocab_size, label,
+                        desc=f"measure shard {shard[0]}/{shard[1]}")
     table = pl.DataFrame(rows, schema_overrides=NULLABLE, infer_schema_length=None)
     write_table(table, out)
     return table

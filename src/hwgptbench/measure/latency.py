@@ -119,6 +119,52 @@ def measure_latency(fn: Callable[[], Any], device: torch.device, *, warmup: int,
                 return stats
 
 
+VISIT_CALLS = 3
+
+
+def measure_latency_interleaved(fns: Sequence[Callable[[], Any]], device: torch.device, *,
+                                warmup: int, min_repeats: int, max_repeats: int,
+                                target_rel_ci: float = 0.02, max_seconds: float,
+                                seed: int = 0) -> list[dict[str, Any]]:
+    """Latency statistics of several callables timed round-robin, visiting each once per cycle
+    in a seeded random order, so that every one sees the same states of the machine. A visit is
+    one untimed call (the previous visit's model evicted this one's weights from the caches)
+    and ``VISIT_CALLS`` timed ones, so the samples are warm-cache latencies as in one-by-one
+    timing.
+
+    A machine whose speed drifts over seconds (shared or virtual CPUs: the same forward's median
+    can move by 15% from one minute to the next) biases per-callable timing by when each ran;
+    interleaving spreads the drift evenly. Cycles go on until every callable has at least
+    ``min_repeats`` samples and its median CI is within ``target_rel_ci``, or ``max_repeats``
+    samples, or ``max_seconds`` per callable in total; all callables get the same count.
+    """
+    if not 2 <= min_repeats <= max_repeats:
+        raise ValueError(f"need 2 <= min_repeats <= max_repeats, got {min_repeats}, "
+                         f"{max_repeats}")
+    device = torch.device(device)
+    times = _cuda_times_ms if device.type == "cuda" else _cpu_times_ms
+    rng = np.random.default_rng(seed)
+    samples: list[list[float]] = [[] for _ in fns]
+    with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
+        for fn in fns:
+            for _ in range(warmup):
+                fn()
+        synchronize(device)
+        start = time.perf_counter()
+        while True:
+            for i in rng.permutation(len(fns)):
+                fns[i]()  # re-warm caches the previous visit's model evicted
+                samples[i] += times(fns[i], VISIT_CALLS)
+            n = len(samples[0])
+            if n < min_repeats:
+                continue
+            converged = all(latency_stats(s)["latency_ci95_rel"] <= target_rel_ci
+                            for s in samples)
+            out_of_time = time.perf_counter() - start >= max_seconds * len(fns)
+            if converged or out_of_time or n >= max_repeats:
+                return [latency_stats(s) for s in samples]
+
+
 def cuda_graph_callable(model: nn.Module, x: torch.Tensor, warmup: int = 3
                         ) -> Callable[[], torch.Tensor]:
     """A callable replaying one captured CUDA-graph forward of model on x (static input and

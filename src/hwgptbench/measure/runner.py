@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
@@ -25,7 +25,8 @@ from ..space import Arch, SearchSpace
 from .device import DTYPES, dtype_unsupported_reason
 from .energy import EnergyMeter, measure_energy
 from .flops import forward_flops
-from .latency import LATENCY_FIELDS, cuda_graph_callable, measure_latency
+from .latency import (LATENCY_FIELDS, cuda_graph_callable, measure_latency,
+                      measure_latency_interleaved)
 from .memory import cpu_memory, cuda_memory, unmeasured
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ class Settings:
     energy_seconds: float = 3.0
     memory: bool = True
     seed: int = 0
+    latency: bool = True
 
 
 def conditions_from_params(section: Mapping[str, Any], device: torch.device) -> list[Condition]:
@@ -115,30 +117,59 @@ def _memory(model: torch.nn.Module, x: torch.Tensor, space: SearchSpace, arch: A
                       condition.batch_size, condition.seq_len, settings.seed, settings.threads)
 
 
+def forward_callable(model: torch.nn.Module, x: torch.Tensor, condition: Condition) -> Any:
+    """One forward of model on x, launched as the condition says."""
+    return cuda_graph_callable(model, x) if condition.launch == "cuda_graph" else partial(model, x)
+
+
+def inputs(vocab_size: int, condition: Condition, seed: int, device: torch.device
+           ) -> torch.Tensor:
+    """Seeded random token ids of the condition's shape, on device."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randint(vocab_size, (condition.batch_size, condition.seq_len), generator=generator)
+    return x.to(device)
+
+
 def _measure(space: SearchSpace, arch: Arch, vocab_size: int, condition: Condition,
              x: torch.Tensor, meter: EnergyMeter, settings: Settings) -> dict[str, Any]:
-    """Latency, energy and memory fields of arch on token ids x (on the measured device)."""
+    """Latency (unless timed elsewhere), energy and memory fields of arch on token ids x."""
     model = build_model(space, arch, vocab_size, settings.seed, x.device,
                         DTYPES[condition.dtype])
     with torch.inference_mode():
         memory = _memory(model, x, space, arch, vocab_size, condition, settings)
-        if condition.launch == "cuda_graph":
-            fn = cuda_graph_callable(model, x)
-        else:
-            fn = partial(model, x)
-        latency = measure_latency(fn, x.device, warmup=settings.warmup,
-                                  min_repeats=settings.min_repeats,
-                                  max_repeats=settings.max_repeats,
-                                  target_rel_ci=settings.target_rel_ci,
-                                  max_seconds=settings.max_seconds)
+        fn = forward_callable(model, x, condition)
+        latency = (measure_latency(fn, x.device, warmup=settings.warmup,
+                                   min_repeats=settings.min_repeats,
+                                   max_repeats=settings.max_repeats,
+                                   target_rel_ci=settings.target_rel_ci,
+                                   max_seconds=settings.max_seconds)
+                   if settings.latency else dict.fromkeys(LATENCY_FIELDS))
         energy = measure_energy(fn, meter, x.device, settings.energy_seconds)
     return {**latency, **energy, **memory}
+
+
+def measure_latency_of_archs(space: SearchSpace, archs: Sequence[Arch], vocab_size: int,
+                             condition: Condition, device: torch.device,
+                             settings: Settings) -> list[dict[str, Any]]:
+    """Latency statistics of several archs under one condition, timed interleaved (all
+    models held at once; see :func:`measure_latency_interleaved`)."""
+    x = inputs(vocab_size, condition, settings.seed, torch.device(device))
+    torch.set_num_threads(settings.threads)
+    models = [build_model(space, arch, vocab_size, settings.seed, x.device,
+                          DTYPES[condition.dtype]) for arch in archs]
+    with torch.inference_mode():
+        fns = [forward_callable(model, x, condition) for model in models]
+        return measure_latency_interleaved(
+            fns, x.device, warmup=settings.warmup, min_repeats=settings.min_repeats,
+            max_repeats=settings.max_repeats, target_rel_ci=settings.target_rel_ci,
+            max_seconds=settings.max_seconds, seed=settings.seed)
 
 
 def measure_arch(space: SearchSpace, arch: Arch, vocab_size: int, condition: Condition,
                  device: torch.device, meter: EnergyMeter, settings: Settings) -> dict[str, Any]:
     """One row: arch_id, the condition, params, flops, threads, status and reason, latency
-    statistics, energy and memory fields."""
+    statistics (None when ``settings.latency`` is off: timed by the caller), energy and memory
+    fields."""
     device = torch.device(device)
     if condition.launch == "cuda_graph" and device.type != "cuda":
         raise ValueError(f"launch mode cuda_graph needs a CUDA device, got {device}")
@@ -152,10 +183,9 @@ def measure_arch(space: SearchSpace, arch: Arch, vocab_size: int, condition: Con
     reason = dtype_unsupported_reason(DTYPES[condition.dtype], device)
     if reason is not None:
         return _unmeasured(row, meter, "unsupported_dtype", reason)
-    generator = torch.Generator().manual_seed(settings.seed)
-    x = torch.randint(vocab_size, (condition.batch_size, condition.seq_len), generator=generator)
+    x = inputs(vocab_size, condition, settings.seed, device)
     try:
-        measured = _measure(space, arch, vocab_size, condition, x.to(device), meter, settings)
+        measured = _measure(space, arch, vocab_size, condition, x, meter, settings)
     except torch.OutOfMemoryError as err:
         log.warning("%s %s: out of memory", arch.id, condition)
         reason = f"out of memory: {err}".splitlines()[0]
