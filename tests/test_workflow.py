@@ -17,7 +17,7 @@ from conftest import make_project, run
 
 NOTHING_TO_DO = "Nothing to be done"
 ALL_STAGES = {"data", "supernet", "sample_archs", "perplexity", "measure", "measure_device",
-              "measurements"}
+              "measurements", "surrogates_perplexity", "surrogates_device", "surrogate_quality"}
 # The whole workflow, small enough for a test.
 FAST = {"supernet.steps": 3, "supernet.batch_size": 2, "supernet.checkpoint_every": 2,
         "supernet.device": "cpu", "sample.n_archs": 3, "perplexity.batches": 1,
@@ -59,6 +59,7 @@ def pushed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run(["dvc", "repro"], repo)
     assert (repo / "results" / "tiny" / "perplexity.parquet").exists()
     assert (repo / "results" / "tiny" / "measurements.parquet").exists()
+    assert (repo / "results" / "tiny" / "surrogate_quality.json").exists()
     assert dvc_status(repo) == {}
     assert snakemake_jobs(repo) == set()
     run(["dvc", "push"], repo)
@@ -85,13 +86,17 @@ def test_pull_into_fresh_clone_is_up_to_date_in_both_tools(pushed: Path, tmp_pat
     assert snakemake_jobs(repo) == set()
     assert dvc_status(repo) == {}
 
-    # a params change reruns exactly the stages that read it, in both tools
-    set_param(repo, ["perplexity", "seed"], 7)
-    assert snakemake_jobs(repo) == {"perplexity"}
-    assert set(dvc_status(repo)) == {"perplexity@tiny"}
+    # a params change reruns exactly the stages that read it (and Snakemake what they feed)
+    set_param(repo, ["surrogate", "seed"], 7)
+    assert snakemake_jobs(repo) == {"surrogates_perplexity", "surrogates_device",
+                                    "surrogate_quality"}
+    assert set(dvc_status(repo)) == {"surrogates@tiny"}
     # a search space that is not run changes nothing
     set_param(repo, ["spaces", "s", "n_layer"], [10, 12])
-    assert snakemake_jobs(repo) == {"perplexity"}
+    assert set(dvc_status(repo)) == {"surrogates@tiny"}
+    run(["git", "checkout", "params.yaml"], repo)
+    set_param(repo, ["perplexity", "seed"], 7)
+    assert snakemake_jobs(repo) == {"perplexity", "surrogates_perplexity", "surrogate_quality"}
     assert set(dvc_status(repo)) == {"perplexity@tiny"}
     # upstream: DVC names the stage whose params changed, Snakemake plans all it feeds
     run(["git", "checkout", "params.yaml"], repo)

@@ -15,15 +15,18 @@ from pathlib import Path
 
 import polars as pl
 
-from . import __version__, archs, data, measurements, params, perplexity, sync, train
+from . import (__version__, archs, data, measurements, params, perplexity, surrogates, sync,
+               train)
+from .api import Benchmark, QueryError
 from .measure import (DTYPES, DeviceMismatchError, auto_label, default_device,
                       dtype_unsupported_reason, fingerprint, open_energy_meter)
-from .space import SearchSpace
+from .space import InvalidArchError, SearchSpace
 
 log = logging.getLogger("hwgptbench")
 
 _USER_ERRORS = (params.ParamsError, data.CorpusUnavailableError, FileNotFoundError,
-                sync.StaleResultsError, DeviceMismatchError, measurements.MeasurementError)
+                sync.StaleResultsError, DeviceMismatchError, measurements.MeasurementError,
+                QueryError, InvalidArchError)
 
 
 def _params_arg(parser: argparse.ArgumentParser) -> None:
@@ -147,6 +150,54 @@ def cmd_devices(args: argparse.Namespace) -> None:
         print(f"  dtype {name}: {'yes' if reason is None else 'no: ' + reason}")
 
 
+def cmd_fit_surrogates(args: argparse.Namespace) -> None:
+    """Fit and cross-validate the surrogates of one device's table, or of perplexity."""
+    config = _load(args, ["surrogate", "spaces"])
+    space = _space(config, args.scale)
+    vocab_size = data.TokenShards.open(args.data).manifest["tokenizer"]["vocab_size"]
+    if bool(args.measurements) == bool(args.perplexity):
+        raise params.ParamsError("give exactly one of --measurements and --perplexity")
+    if args.perplexity:
+        quality = surrogates.fit_perplexity(config["surrogate"], space, vocab_size,
+                                            pl.read_parquet(args.perplexity), args.out)
+    else:
+        quality = surrogates.fit_device(config["surrogate"], space, vocab_size,
+                                        pl.read_parquet(args.measurements), args.out)
+    log.info("wrote %s: %d surrogates", args.out, quality.filter(pl.col("status") == "ok").height)
+
+
+def cmd_merge_quality(args: argparse.Namespace) -> None:
+    """Merge surrogate quality tables into one table and a DVC metrics file."""
+    quality = surrogates.merge_quality(args.inputs, args.scale, args.out, args.metrics_out)
+    with pl.Config(tbl_rows=100, tbl_cols=12, tbl_width_chars=160):
+        print(quality.filter(pl.col("status") == "ok").select(
+            "metric", "device", "condition", "family", "rows", "r2", "kendall_tau",
+            "spearman_rho", "coverage"))
+
+
+def cmd_query(args: argparse.Namespace) -> None:
+    """Predicted (or measured) metrics of archs on a device."""
+    bench = Benchmark.load(args.scale, args.results, family=args.family)
+    ids = list(args.arch or [])
+    if args.archs_file:
+        ids += [line.strip() for line in Path(args.archs_file).read_text().splitlines()
+                if line.strip()]
+    if not ids:
+        raise QueryError("give archs with --arch ID (repeatable) or --archs-file FILE")
+    table = bench.query(ids, args.metric, device=args.device, condition=args.condition,
+                        mode=args.mode, return_interval=args.interval)
+    if args.out:
+        out = Path(args.out)
+        if out.suffix == ".csv":
+            table.write_csv(out)
+        else:
+            archs.write_table(table, out)
+        log.info("wrote %s: %d rows", out, table.height)
+    else:
+        with pl.Config(tbl_rows=len(table), fmt_str_lengths=60, tbl_width_chars=160):
+            print(table)
+
+
 def cmd_pull(args: argparse.Namespace) -> None:
     """Fetch results from the DVC remote; mark them up to date for Snakemake if current."""
     sync.pull(args.targets, remote=args.remote)
@@ -200,6 +251,33 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--out", required=True, help="merged table (parquet)")
     command.add_argument("inputs", nargs="+", help="tables to merge")
     add("devices", cmd_devices)
+    command = add("fit-surrogates", cmd_fit_surrogates)
+    _scale_and_data(command)
+    command.add_argument("--measurements", help="a device table (fits hardware metrics)")
+    command.add_argument("--perplexity", help="the perplexity table (fits perplexity)")
+    command.add_argument("--out", required=True, help="output folder")
+    command = sub.add_parser("merge-quality", help=cmd_merge_quality.__doc__,
+                             description=cmd_merge_quality.__doc__)
+    command.set_defaults(func=cmd_merge_quality)
+    command.add_argument("--scale", default="tiny", help="search space (default: %(default)s)")
+    command.add_argument("--out", required=True, help="quality table (parquet)")
+    command.add_argument("--metrics-out", required=True, help="DVC metrics file (JSON)")
+    command.add_argument("inputs", nargs="+", help="quality tables to merge")
+    command = sub.add_parser("query", help=cmd_query.__doc__, description=cmd_query.__doc__)
+    command.set_defaults(func=cmd_query)
+    command.add_argument("--scale", default="tiny", help="search space (default: %(default)s)")
+    command.add_argument("--results", default="results", help="results folder (default: "
+                                                              "%(default)s)")
+    command.add_argument("--device", help="device label (see the quality table)")
+    command.add_argument("--metric", action="append", required=True,
+                         help="metric, repeatable: perplexity, latency_ms, energy_mj, ...")
+    command.add_argument("--condition", help="condition id, e.g. b1-t128-fp32-eager")
+    command.add_argument("--arch", action="append", help="arch id, repeatable")
+    command.add_argument("--archs-file", help="file of arch ids, one per line")
+    command.add_argument("--mode", choices=["surrogate", "measured"], default="surrogate")
+    command.add_argument("--interval", action="store_true", help="add the surrogate's interval")
+    command.add_argument("--family", default="lightgbm", help="surrogate family")
+    command.add_argument("--out", help="write .parquet or .csv instead of printing")
     command = sub.add_parser("pull", help=cmd_pull.__doc__, description=cmd_pull.__doc__)
     command.set_defaults(func=cmd_pull)
     command.add_argument("targets", nargs="*", help="stages to pull (default: all)")

@@ -1,0 +1,48 @@
+"""Archs per second of Benchmark.query: one batched call vs a loop of single-arch calls.
+
+    python benchmarks/query_throughput.py --scale tiny --results results --archs 100000
+
+Uses the surrogates under results/{scale}/surrogates (run `make run` first). The tiny space
+has 9 288 archs, so a batch of 10^5 repeats them; each query predicts one metric.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from hwgptbench import Benchmark
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", default="tiny")
+    parser.add_argument("--results", default="results")
+    parser.add_argument("--archs", type=int, default=100_000)
+    parser.add_argument("--singles", type=int, default=200, help="archs in the single loop")
+    parser.add_argument("--metric", default="latency_ms")
+    args = parser.parse_args()
+    bench = Benchmark.load(args.scale, args.results)
+    device = None if args.metric == "perplexity" else bench.devices[0]
+    pool = bench.sample(min(args.archs, bench.space.size()), seed=0)
+    archs = (pool * (args.archs // len(pool) + 1))[:args.archs]
+    bench.query(archs[:10], args.metric, device=device)  # load the model once
+    start = time.perf_counter()
+    bench.query(archs, args.metric, device=device)
+    batched = time.perf_counter() - start
+    start = time.perf_counter()
+    for arch in archs[:args.singles]:
+        bench.query([arch], args.metric, device=device)
+    single = (time.perf_counter() - start) / args.singles
+    print(f"{args.metric} on {device or 'any device'}, {bench.family}, "
+          f"{torch.get_num_threads()} threads")
+    print(f"batched: {args.archs} archs in {batched:.2f} s = {args.archs / batched:,.0f} archs/s")
+    print(f"single:  {single * 1e3:.2f} ms per arch = {1 / single:,.0f} archs/s "
+          f"(mean of {args.singles})")
+    print(f"speed-up per arch: {single * args.archs / batched:,.0f}x")
+
+
+if __name__ == "__main__":
+    main()

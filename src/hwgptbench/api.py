@@ -1,0 +1,176 @@
+"""The query API: predicted and measured metrics of architectures, per device and condition.
+
+    from hwgptbench import Benchmark
+    bench = Benchmark.load("tiny")
+    archs = bench.sample(1000, seed=0)
+    table = bench.query(archs, ["perplexity", "latency_ms"], device=bench.devices[0])
+
+One surrogate call per metric for the whole batch of archs; ``mode="measured"`` returns the
+measured values where an arch was measured and null elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from .space import Arch, SearchSpace
+from .surrogate import Surrogate
+from .surrogate.features import feature_matrix
+from .surrogate.store import METADATA, load_surrogate
+from .surrogates import ANY, CONDITION_KEYS, condition_id
+
+PERPLEXITY = "perplexity"
+MODES = ("surrogate", "measured")
+
+
+class QueryError(ValueError):
+    """A query names a device, metric, condition, family or mode the benchmark does not have."""
+
+
+def _choose(kind: str, value: Any, available: Sequence[str]) -> str:
+    if value not in available:
+        raise QueryError(f"unknown {kind} {value!r}; available: {', '.join(available) or 'none'}")
+    return value
+
+
+@dataclass
+class Benchmark:
+    """Surrogates and measurements of one scale, loaded from a results folder."""
+
+    scale: str
+    space: SearchSpace
+    index: pl.DataFrame  # metric, device, condition, family, folder, vocab_size, batch_size, seq_len
+    family: str
+    measurements: pl.DataFrame | None
+    perplexities: pl.DataFrame | None
+    _models: dict[str, Surrogate] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def load(cls, scale: str = "tiny", results_dir: str | os.PathLike[str] = "results",
+             family: str = "lightgbm") -> Benchmark:
+        """The benchmark of ``scale`` from ``results_dir`` (surrogates, measurements, perplexity)."""
+        root = Path(results_dir) / scale
+        rows = []
+        for path in sorted((root / "surrogates").glob(f"**/{METADATA}")):
+            meta = json.loads(path.read_text())
+            rows.append({"metric": meta["metric"], "device": meta["device"],
+                         "condition": meta["condition"], "family": meta["family"],
+                         "folder": str(path.parent), "space_name": meta["space_name"],
+                         "space": json.dumps(meta["space"], sort_keys=True),
+                         **meta["feature_args"]})
+        if not rows:
+            raise FileNotFoundError(
+                f"no surrogates under {root / 'surrogates'}; build them with `make run` "
+                "(or `snakemake`), or fetch them with `make pull`")
+        index = pl.DataFrame(rows)
+        spaces = index.select("space_name", "space").unique()
+        if spaces.height != 1:
+            raise QueryError(f"surrogates under {root} disagree on the search space: "
+                             f"{spaces['space_name'].to_list()}")
+        _choose("surrogate family", family, sorted(index["family"].unique()))
+        space = SearchSpace.from_dict(spaces["space_name"][0], json.loads(spaces["space"][0]))
+
+        def table(name: str) -> pl.DataFrame | None:
+            return pl.read_parquet(root / name) if (root / name).exists() else None
+
+        return cls(scale, space, index.filter(pl.col("family") == family).drop("space"),
+                   family, table("measurements.parquet"), table("perplexity.parquet"))
+
+    @property
+    def devices(self) -> list[str]:
+        """Device labels with surrogates."""
+        return sorted(set(self.index["device"]) - {ANY})
+
+    @property
+    def metrics(self) -> list[str]:
+        """Metric names with surrogates."""
+        return sorted(set(self.index["metric"]))
+
+    def conditions(self, device: str, metric: str = "latency_ms") -> list[str]:
+        """Condition ids (``b{batch}-t{seq}-{dtype}-{launch}``) of a device and metric."""
+        rows = self.index.filter((pl.col("device") == device) & (pl.col("metric") == metric))
+        return sorted(rows["condition"])
+
+    def sample(self, n: int, seed: int = 0) -> list[Arch]:
+        """n distinct archs drawn uniformly from the space."""
+        return self.space.sample(n, seed)
+
+    def _entry(self, metric: str, device: str | None, condition: str | None) -> dict[str, Any]:
+        _choose("metric", metric, self.metrics)
+        if metric == PERPLEXITY:
+            device, condition = ANY, ANY
+        else:
+            if device is None:
+                raise QueryError(f"metric {metric!r} needs a device; available: "
+                                 f"{', '.join(self.devices)}")
+            _choose("device", device, self.devices)
+            conditions = self.conditions(device, metric)
+            if condition is None:
+                if len(conditions) != 1:
+                    raise QueryError(f"device {device!r} has several conditions for {metric!r}; "
+                                     f"choose one of: {', '.join(conditions)}")
+                condition = conditions[0]
+            _choose(f"condition of {metric!r} on {device!r}", condition, conditions)
+        return self.index.filter((pl.col("metric") == metric) & (pl.col("device") == device)
+                                 & (pl.col("condition") == condition)).row(0, named=True)
+
+    def _model(self, folder: str) -> Surrogate:
+        if folder not in self._models:
+            self._models[folder] = load_surrogate(folder, self.space)[0]
+        return self._models[folder]
+
+    def _measured(self, metric: str, entry: dict[str, Any], ids: list[str]) -> pl.Series:
+        source = self.perplexities if metric == PERPLEXITY else self.measurements
+        if source is None:
+            return pl.Series(metric, [None] * len(ids), dtype=pl.Float64)
+        if metric != PERPLEXITY:
+            matches = {k: v for k, v in zip(CONDITION_KEYS, _condition_values(entry))}
+            source = source.filter(pl.col("device") == entry["device"], **matches)
+        values = pl.DataFrame({"arch_id": ids}).join(
+            source.select("arch_id", metric), on="arch_id", how="left", maintain_order="left")
+        return values[metric].cast(pl.Float64)
+
+    def query(self, archs: Sequence[Arch | str], metrics: str | Sequence[str],
+              device: str | None = None, condition: str | None = None,
+              mode: str = "surrogate", return_interval: bool = False) -> pl.DataFrame:
+        """One row per arch: ``arch_id`` and a column per metric (with ``{metric}_lo`` /
+        ``{metric}_hi`` for the surrogate's interval when ``return_interval``)."""
+        _choose("mode", mode, MODES)
+        metrics = [metrics] if isinstance(metrics, str) else list(metrics)
+        archs = [Arch.from_id(a) if isinstance(a, str) else a for a in archs]
+        for arch in archs:
+            self.space.validate(arch)
+        ids = [a.id for a in archs]
+        columns: dict[str, Any] = {"arch_id": ids}
+        features: dict[tuple[int, int, int], np.ndarray] = {}
+        for metric in metrics:
+            entry = self._entry(metric, device, condition)
+            if mode == "measured":
+                columns[metric] = self._measured(metric, entry, ids)
+                continue
+            key = (entry["vocab_size"], entry["batch_size"], entry["seq_len"])
+            if key not in features:
+                features[key] = feature_matrix(self.space, archs, *key)
+            model = self._model(entry["folder"])
+            columns[metric] = model.predict(features[key])
+            if return_interval:
+                columns[f"{metric}_lo"], columns[f"{metric}_hi"] = model.predict_interval(
+                    features[key])
+        return pl.DataFrame(columns)
+
+
+def _condition_values(entry: dict[str, Any]) -> tuple[int, int, str, str]:
+    """(batch_size, seq_len, dtype, launch) of an index entry, parsed from its condition id."""
+    batch, seq, dtype, launch = entry["condition"].split("-", 3)
+    values = (int(batch[1:]), int(seq[1:]), dtype, launch)
+    if condition_id(*values) != entry["condition"]:
+        raise QueryError(f"malformed condition id {entry['condition']!r}")
+    return values

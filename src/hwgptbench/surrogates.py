@@ -1,0 +1,160 @@
+"""The surrogate stage: fit, cross-validate and store one surrogate per (metric, device,
+condition), and perplexity's (device-independent), for every configured family.
+
+Layout under ``results/{scale}/surrogates/``:
+``perplexity/{family}/`` and ``devices/{device}/{metric}/{condition}/{family}/`` (model files +
+metadata.json), ``devices/{device}/quality.parquet`` and ``perplexity/quality.parquet`` (k-fold
+quality), merged into ``quality.parquet`` and ``quality.json`` (DVC metrics).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from .archs import read_archs_from, write_table
+from .io import atomic_dir, atomic_write_json
+from .space import SearchSpace
+from .surrogate import Surrogate
+from .surrogate.features import feature_matrix
+from .surrogate.quality import cross_validate
+from .surrogate.store import save_surrogate
+
+log = logging.getLogger(__name__)
+
+CONDITION_KEYS = ("batch_size", "seq_len", "dtype", "launch")
+ANY = "any"  # device and condition of perplexity, which depends on neither
+QUALITY_SCHEMA = {
+    "metric": pl.String, "device": pl.String, "condition": pl.String, "family": pl.String,
+    "status": pl.String, "reason": pl.String, "rows": pl.Int64, "r2": pl.Float64,
+    "mae": pl.Float64, "kendall_tau": pl.Float64, "spearman_rho": pl.Float64,
+    "coverage": pl.Float64, "nominal_coverage": pl.Float64,
+}
+
+
+def condition_id(batch_size: int, seq_len: int, dtype: str, launch: str) -> str:
+    """Folder-safe name of a measurement condition, e.g. ``b1-t128-fp32-eager``."""
+    return f"b{batch_size}-t{seq_len}-{dtype}-{launch}"
+
+
+def make_factory(section: dict[str, Any], family: str) -> Callable[[], Surrogate]:
+    """A constructor of fresh, unfitted surrogates of a family, from the params section."""
+    coverage, seed = section["coverage"], section["seed"]
+    if family == "lightgbm":
+        from .surrogate.lightgbm_model import LightGBMSurrogate
+
+        tail = (1 - coverage) / 2
+        return lambda: LightGBMSurrogate(section["lightgbm"], (tail, 1 - tail), seed=seed)
+    from .surrogate.mlp import MLPEnsembleSurrogate
+
+    return lambda: MLPEnsembleSurrogate(**section["mlp_ensemble"], seed=seed, coverage=coverage)
+
+
+def _fit_families(section: dict[str, Any], X: np.ndarray, y: np.ndarray,
+                  folder: Path, metadata: dict[str, Any]) -> list[dict[str, Any]]:
+    """Cross-validate and fit every family on (X, y); save each; return quality rows."""
+    rows = []
+    base = {"metric": metadata["metric"], "device": metadata["device"],
+            "condition": metadata["condition"], "nominal_coverage": section["coverage"]}
+    for family in section["families"]:
+        factory = make_factory(section, family)
+        if len(y) < section["min_rows"]:
+            reason = f"{len(y)} measured archs < surrogate.min_rows {section['min_rows']}"
+            log.warning("%s %s %s: no surrogate: %s", *list(base.values())[:3], reason)
+            rows.append({**base, "family": family, "status": "skipped", "reason": reason,
+                         "rows": len(y)})
+            continue
+        quality = cross_validate(factory, X, y, section["folds"], section["seed"])
+        save_surrogate(factory().fit(X, y), folder / family,
+                       {**metadata, "training_rows": len(y)})
+        rows.append({**base, "family": family, "status": "ok", "reason": None,
+                     **{k: quality[k] for k in ("rows", "r2", "mae", "kendall_tau",
+                                                "spearman_rho", "coverage")}})
+        log.info("%s %s %s %s: R² %.3f, Kendall τ %.3f, coverage %.2f", family,
+                 *list(base.values())[:3], quality["r2"], quality["kendall_tau"],
+                 quality["coverage"])
+    return rows
+
+
+def _metadata(space: SearchSpace, metric: str, device: str, condition: str,
+              fingerprint: dict[str, Any], vocab_size: int, batch_size: int, seq_len: int
+              ) -> dict[str, Any]:
+    return {"space_name": space.name, "space": space.to_dict(), "metric": metric,
+            "device": device, "device_fingerprint": fingerprint, "condition": condition,
+            "feature_args": {"vocab_size": vocab_size, "batch_size": batch_size,
+                             "seq_len": seq_len}}
+
+
+def fit_perplexity(section: dict[str, Any], space: SearchSpace, vocab_size: int,
+                   table: pl.DataFrame, out_dir: str | os.PathLike[str]) -> pl.DataFrame:
+    """Surrogates of perplexity from the perplexity table; written to ``out_dir``."""
+    X = feature_matrix(space, read_archs_from(table), vocab_size, 1, space.block_size)
+    metadata = _metadata(space, "perplexity", ANY, ANY, {}, vocab_size, 1, space.block_size)
+    with atomic_dir(out_dir) as staging:
+        rows = _fit_families(section, X, table["perplexity"].to_numpy(), staging, metadata)
+        quality = pl.DataFrame(rows, schema=QUALITY_SCHEMA)
+        write_table(quality, staging / "quality.parquet")
+    return quality
+
+
+def fit_device(section: dict[str, Any], space: SearchSpace, vocab_size: int,
+               table: pl.DataFrame, out_dir: str | os.PathLike[str]) -> pl.DataFrame:
+    """Surrogates of each hardware metric and condition of one device's table."""
+    devices = table["device"].unique().to_list()
+    if len(devices) != 1:
+        raise ValueError(f"a device table holds one device, found {devices}")
+    fingerprint_columns = [c for c in ("device_kind", "device_name", "cpu_model",
+                                       "gpu_memory_gb", "torch_version") if c in table.columns]
+    rows: list[dict[str, Any]] = []
+    with atomic_dir(out_dir) as staging:
+        ok = table.filter(pl.col("status") == "ok")
+        for key, group in ok.group_by(list(CONDITION_KEYS), maintain_order=True):
+            condition = condition_id(*key)
+            X = feature_matrix(space, read_archs_from(group), vocab_size, key[0], key[1])
+            fingerprint = group.select(fingerprint_columns).row(0, named=True)
+            for metric in section["metrics"]:
+                present = group[metric].is_not_null().to_numpy()
+                metadata = _metadata(space, metric, devices[0], condition, fingerprint,
+                                     vocab_size, key[0], key[1])
+                if not present.any():
+                    reason = _null_reason(group, metric)
+                    rows += [{"metric": metric, "device": devices[0], "condition": condition,
+                              "family": f, "status": "skipped", "reason": reason, "rows": 0,
+                              "nominal_coverage": section["coverage"]}
+                             for f in section["families"]]
+                    continue
+                rows += _fit_families(section, X[present], group[metric].to_numpy()[present],
+                                      staging / metric / condition, metadata)
+        quality = pl.DataFrame(rows, schema=QUALITY_SCHEMA)
+        write_table(quality, staging / "quality.parquet")
+    return quality
+
+
+def _null_reason(group: pl.DataFrame, metric: str) -> str:
+    """Why a metric was not measured, from the table's reason columns."""
+    column = {"energy_mj": "energy_reason"}.get(metric, "memory_reason")
+    reasons = group[column].drop_nulls().unique().to_list() if column in group.columns else []
+    return f"not measured: {reasons[0]}" if reasons else "not measured"
+
+
+def merge_quality(paths: Sequence[str | os.PathLike[str]], scale: str,
+                  out_table: str | os.PathLike[str], out_metrics: str | os.PathLike[str]
+                  ) -> pl.DataFrame:
+    """One quality table of a scale, and its fitted rows as nested JSON for `dvc metrics`."""
+    quality = pl.concat([pl.read_parquet(p) for p in paths]).sort(
+        "metric", "device", "condition", "family")
+    write_table(quality.with_columns(scale=pl.lit(scale)), out_table)
+    metrics: dict[str, Any] = {}
+    for row in quality.filter(pl.col("status") == "ok").iter_rows(named=True):
+        node = metrics.setdefault(row["metric"], {}).setdefault(row["device"], {})
+        node.setdefault(row["condition"], {})[row["family"]] = {
+            k: round(row[k], 4) for k in ("r2", "mae", "kendall_tau", "spearman_rho",
+                                          "coverage")}
+    atomic_write_json(out_metrics, metrics)
+    return quality

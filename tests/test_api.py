@@ -1,0 +1,159 @@
+"""The surrogate stage and the query API on a small synthetic benchmark."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from conftest import run
+from hwgptbench import Benchmark, surrogates
+from hwgptbench.api import QueryError
+from hwgptbench.space import SearchSpace
+from hwgptbench.surrogate.features import analytic_counts
+
+SPACE = SearchSpace.from_dict("tiny", {
+    "embed_dim": [64, 96, 128], "n_layer": [2, 3, 4], "n_head": [2, 4], "mlp_ratio": [2, 3, 4],
+    "bias": [True, False], "head_size": 16, "block_size": 128, "rotary_fraction": 0.5})
+VOCAB = 512
+DEVICE = "cpu-test-2t"
+SECTION = {"metrics": ["latency_ms", "energy_mj", "memory_peak_mb"], "families": ["lightgbm"],
+           "default_family": "lightgbm",
+           "lightgbm": {"num_iterations": 50, "num_leaves": 7, "min_data_in_leaf": 3},
+           "mlp_ensemble": {}, "coverage": 0.9, "folds": 3, "min_rows": 10, "seed": 0}
+
+
+def synthetic_tables(n: int = 60) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A perplexity table and a device table whose metrics follow size, with noise."""
+    archs = SPACE.sample(n, seed=0)
+    params, flops = analytic_counts(SPACE, SPACE.encode(archs), VOCAB, 1, 128)
+    rng = np.random.default_rng(0)
+    ids = [a.id for a in archs]
+    perplexity = pl.DataFrame({"arch_id": ids, "params": params,
+                               "perplexity": 1e4 / np.log(params) ** 2 * rng.uniform(0.98, 1.02, n)})
+    rows = pl.DataFrame({
+        "device": DEVICE, "arch_id": ids, "batch_size": 1, "seq_len": 128, "dtype": "fp32",
+        "launch": "eager", "status": "ok", "latency_ms": flops / 1e8 * rng.uniform(0.97, 1.03, n),
+        "energy_mj": None, "energy_reason": "no RAPL here",
+        "memory_peak_mb": params * 4 / 2**20 + 3, "memory_reason": None,
+        "device_kind": "cpu", "device_name": "Test CPU", "cpu_model": "Test CPU",
+        "gpu_memory_gb": None, "torch_version": "2.13.0"},
+        schema_overrides={"energy_mj": pl.Float64, "gpu_memory_gb": pl.Float64,
+                          "memory_reason": pl.String})
+    return perplexity, rows
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("results")
+    perplexity, device_table = synthetic_tables()
+    scale = root / "tiny"
+    scale.mkdir()
+    perplexity.write_parquet(scale / "perplexity.parquet")
+    device_table.write_parquet(scale / "measurements.parquet")
+    folder = scale / "surrogates"
+    q1 = surrogates.fit_perplexity(SECTION, SPACE, VOCAB, perplexity, folder / "perplexity")
+    q2 = surrogates.fit_device(SECTION, SPACE, VOCAB, device_table,
+                               folder / "devices" / DEVICE)
+    surrogates.merge_quality([folder / "perplexity" / "quality.parquet",
+                              folder / "devices" / DEVICE / "quality.parquet"], "tiny",
+                             folder / "quality.parquet", scale / "surrogate_quality.json")
+    assert q1["status"].to_list() == ["ok"] and q2.height == 3
+    return root
+
+
+def test_quality_table_and_dvc_metrics(results: Path) -> None:
+    quality = pl.read_parquet(results / "tiny" / "surrogates" / "quality.parquet")
+    fitted = quality.filter(pl.col("status") == "ok")
+    assert set(fitted["metric"]) == {"perplexity", "latency_ms", "memory_peak_mb"}
+    assert (fitted["kendall_tau"] > 0.6).all() and (fitted["r2"] > 0.5).all()
+    skipped = quality.filter(pl.col("metric") == "energy_mj").row(0, named=True)
+    assert skipped["status"] == "skipped" and "no RAPL here" in skipped["reason"]
+    metrics = json.loads((results / "tiny" / "surrogate_quality.json").read_text())
+    assert set(metrics["latency_ms"][DEVICE]["b1-t128-fp32-eager"]["lightgbm"]) == {
+        "r2", "mae", "kendall_tau", "spearman_rho", "coverage"}
+
+
+def test_benchmark_describes_itself(results: Path) -> None:
+    bench = Benchmark.load("tiny", results)
+    assert bench.space == SPACE
+    assert bench.devices == [DEVICE]
+    assert bench.metrics == ["latency_ms", "memory_peak_mb", "perplexity"]
+    assert bench.conditions(DEVICE) == ["b1-t128-fp32-eager"]
+    assert bench.sample(5, seed=1) == SPACE.sample(5, seed=1)
+
+
+def test_batched_query_equals_single_queries(results: Path) -> None:
+    bench = Benchmark.load("tiny", results)
+    archs = bench.sample(50, seed=3)
+    batch = bench.query(archs, ["perplexity", "latency_ms"], device=DEVICE,
+                        return_interval=True)
+    assert batch.columns == ["arch_id", "perplexity", "perplexity_lo", "perplexity_hi",
+                             "latency_ms", "latency_ms_lo", "latency_ms_hi"]
+    singles = pl.concat([bench.query([a], ["perplexity", "latency_ms"], device=DEVICE,
+                                     return_interval=True) for a in archs])
+    assert batch.equals(singles)
+    assert (batch["latency_ms_lo"] <= batch["latency_ms"]).all()
+    assert (batch["latency_ms"] <= batch["latency_ms_hi"]).all()
+    by_id = bench.query([a.id for a in archs[:3]], "latency_ms", device=DEVICE)
+    assert by_id.equals(batch.select("arch_id", "latency_ms").head(3))
+
+
+def test_measured_mode_returns_the_table_values(results: Path) -> None:
+    bench = Benchmark.load("tiny", results)
+    perplexity, device_table = synthetic_tables()
+    unmeasured = next(a for a in SPACE.sample(200, seed=9)
+                      if a.id not in set(device_table["arch_id"]))
+    ids = device_table["arch_id"].to_list()[:10] + [unmeasured.id]
+    table = bench.query(ids, ["latency_ms", "perplexity"], device=DEVICE, mode="measured")
+    assert table["latency_ms"].to_list()[:10] == device_table["latency_ms"].to_list()[:10]
+    assert table["perplexity"].to_list()[:10] == perplexity["perplexity"].to_list()[:10]
+    assert table.row(10) == (unmeasured.id, None, None)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"metrics": "flops_per_watt", "device": DEVICE}, "unknown metric 'flops_per_watt'; "
+                                                      "available: latency_ms"),
+    ({"metrics": "latency_ms", "device": "gpu-x"}, "unknown device 'gpu-x'; available: " + DEVICE),
+    ({"metrics": "latency_ms"}, "needs a device; available: " + DEVICE),
+    ({"metrics": "latency_ms", "device": DEVICE, "condition": "b8-t128-fp32-eager"},
+     "available: b1-t128-fp32-eager"),
+    ({"metrics": "latency_ms", "device": DEVICE, "mode": "guess"}, "unknown mode 'guess'"),
+])
+def test_unknown_names_list_what_is_available(results: Path, kwargs: dict, message: str
+                                              ) -> None:
+    bench = Benchmark.load("tiny", results)
+    with pytest.raises(QueryError, match=message.replace("(", r"\(")):
+        bench.query(bench.sample(2), **kwargs)
+
+
+def test_missing_surrogates_and_unknown_family(results: Path, tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no surrogates"):
+        Benchmark.load("tiny", tmp_path)
+    with pytest.raises(QueryError, match="unknown surrogate family 'xgb'; available: lightgbm"):
+        Benchmark.load("tiny", results, family="xgb")
+
+
+def test_cli_query(results: Path, tmp_path: Path) -> None:
+    bench = Benchmark.load("tiny", results)
+    ids = [a.id for a in bench.sample(4, seed=5)]
+    (tmp_path / "archs.txt").write_text("\n".join(ids[1:]) + "\n")
+    out = tmp_path / "q.csv"
+    run(["hwgptbench", "query", "--results", str(results), "--scale", "tiny", "--device", DEVICE,
+         "--metric", "latency_ms", "--metric", "perplexity", "--arch", ids[0],
+         "--archs-file", "archs.txt", "--out", str(out)], tmp_path)
+    table = pl.read_csv(out)
+    expected = bench.query(ids, ["latency_ms", "perplexity"], device=DEVICE)
+    assert table["arch_id"].to_list() == ids
+    assert all(math.isclose(a, b, rel_tol=1e-9)
+               for a, b in zip(table["latency_ms"], expected["latency_ms"]))
+    printed = run(["hwgptbench", "query", "--results", str(results), "--metric", "perplexity",
+                   "--arch", ids[0]], tmp_path).stdout
+    assert ids[0] in printed
+    bad = run(["hwgptbench", "query", "--results", str(results), "--metric", "latency_ms",
+               "--arch", "e7-l1-h1-r1-b1"], tmp_path, check=False)
+    assert bad.returncode == 2 and "embed_dim" in bad.stderr

@@ -1,0 +1,184 @@
+"""Surrogates: features, LightGBM and MLP-ensemble models, cross-validation, storage."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hwgptbench.measure.flops import forward_flops
+from hwgptbench.space import SearchSpace
+from hwgptbench.surrogate import Surrogate
+from hwgptbench.surrogate.features import analytic_counts, feature_matrix, feature_names
+from hwgptbench.surrogate.lightgbm_model import LightGBMSurrogate
+from hwgptbench.surrogate.mlp import MLPEnsembleSurrogate
+from hwgptbench.surrogate.quality import cross_validate, interval_coverage
+from hwgptbench.surrogate.store import SurrogateMismatchError, load_surrogate, save_surrogate
+
+SPACES = {
+    "tiny": {"embed_dim": [64, 96, 128], "n_layer": [2, 3, 4], "n_head": [2, 4],
+             "mlp_ratio": [2, 3, 4], "bias": [True, False], "head_size": 16, "block_size": 128,
+             "rotary_fraction": 0.5},
+    "s": {"embed_dim": [192, 384, 768], "n_layer": [10, 11, 12], "n_head": [4, 8, 12],
+          "mlp_ratio": [2, 3, 4], "bias": [True, False], "head_size": 64, "block_size": 1024,
+          "rotary_fraction": 0.5},
+    "fractional": {"embed_dim": [10, 16, 24], "n_layer": [1, 2, 3], "n_head": [1, 2],
+                   "mlp_ratio": [0.3, 1, 2.5, 1 / 3], "bias": [True, False], "head_size": 4,
+                   "block_size": 8, "rotary_fraction": 0.5},
+}
+VOCAB, BATCH, SEQ = 256, 8, 128
+FAMILIES: dict[str, Callable[..., Surrogate]] = {
+    "lightgbm": lambda **options: LightGBMSurrogate(seed=3, **options),
+    "mlp_ensemble": lambda **options: MLPEnsembleSurrogate(members=3, epochs=150, seed=3,
+                                                           **options),
+}
+
+
+def space(name: str) -> SearchSpace:
+    return SearchSpace.from_dict(name, SPACES[name])
+
+
+def smooth_data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A positive smooth function of four features with 2% multiplicative noise."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1, 1, (n, 4)).astype(np.float32)
+    y = np.exp(np.sin(2 * X[:, 0]) + X[:, 1] ** 2 + 0.5 * X[:, 2]) * np.exp(rng.normal(0, .02, n))
+    return X, y
+
+
+def metadata(sp: SearchSpace, rows: int) -> dict[str, object]:
+    return {"space_name": sp.name, "space": sp.to_dict(), "metric": "latency_ms",
+            "feature_args": {"vocab_size": VOCAB, "batch_size": BATCH, "seq_len": SEQ},
+            "device": "cpu-test", "device_fingerprint": "abc123",
+            "condition": {"batch_size": BATCH, "seq_len": SEQ, "dtype": "float32"},
+            "training_rows": rows}
+
+
+def test_feature_matrix_shape_and_names() -> None:
+    sp = space("tiny")
+    archs = sp.sample(50, seed=0)
+    X = feature_matrix(sp, archs, VOCAB, BATCH, SEQ)
+    names = feature_names(sp)
+    assert X.dtype == np.float32 and X.shape == (50, len(names)) == (50, 3 + 2 * 4 + 2)
+    assert names[-2:] == ["log_n_params", "log_forward_flops"]
+    np.testing.assert_array_equal(X[:, :-2], sp.encode(archs))
+    assert feature_matrix(sp, [], VOCAB, BATCH, SEQ).shape == (0, len(names))
+
+
+@pytest.mark.parametrize("name", SPACES)
+@pytest.mark.parametrize(("vocab", "batch", "seq"), [(256, 8, 128), (50304, 1, 1024)])
+def test_analytic_columns_equal_per_arch_counts(name: str, vocab: int, batch: int,
+                                                 seq: int) -> None:
+    sp = space(name)
+    archs = sp.sample(300, seed=1) + [sp.smallest(), sp.largest()]
+    n_params, flops = analytic_counts(sp, sp.encode(archs), vocab, batch, seq)
+    assert n_params.tolist() == [sp.n_params(a, vocab) for a in archs]
+    assert flops.tolist() == [forward_flops(a, sp, vocab, batch, seq) for a in archs]
+    X = feature_matrix(sp, archs, vocab, batch, seq)
+    np.testing.assert_allclose(X[:, -2:], np.log(np.column_stack([n_params, flops])), rtol=1e-6)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fits_are_bit_identical(family: str) -> None:
+    X, y = smooth_data(200, seed=0)
+    first, second = FAMILIES[family]().fit(X, y), FAMILIES[family]().fit(X, y)
+    np.testing.assert_array_equal(first.predict(X), second.predict(X))
+    for a, b in zip(first.predict_interval(X), second.predict_interval(X)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_interval_coverage_exact_fraction() -> None:
+    y = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    low = np.array([0.0, 2.5, 3.0, 5.0, 4.0])
+    high = np.array([1.0, 3.0, 3.0, 6.0, 6.0])
+    assert interval_coverage(y, low, high) == 0.6
+    with pytest.raises(ValueError):
+        interval_coverage(y, low[:4], high)
+
+
+def test_lightgbm_interval_covers_known_gaussian_quantiles() -> None:
+    rng = np.random.default_rng(0)
+
+    def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
+        X = rng.uniform(-2, 2, (n, 3)).astype(np.float32)
+        return X, np.sin(X[:, 0]) + 0.5 * X[:, 1] + rng.normal(0, 0.2, n)
+
+    (X, y), (X_test, y_test) = draw(500), draw(5000)
+    model = LightGBMSurrogate(log_target=False).fit(X, y)
+    low, high = model.predict_interval(X_test)
+    point = model.predict(X_test)
+    assert model.coverage == pytest.approx(0.9)
+    assert np.all(low <= point) and np.all(point <= high)
+    assert 0.85 <= interval_coverage(y_test, low, high) <= 0.97
+    # The true 90% interval has width 2 * 1.645 * 0.2; the fitted one is not much wider.
+    assert np.mean(high - low) < 2.5 * 2 * 1.645 * 0.2
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_cross_validate_smooth_function(family: str) -> None:
+    X, y = smooth_data(300, seed=1)
+    result = cross_validate(FAMILIES[family], X, y, folds=5, seed=0)
+    assert result["rows"] == 300 and result["folds"] == 5
+    assert result["r2"] > 0.9 and result["kendall_tau"] > 0.8 and result["spearman_rho"] > 0.9
+    assert 0.7 <= result["coverage"] <= 1.0
+    assert result["mae"] < 0.2 * np.mean(y)
+
+
+def test_latency_like_target_ranks_well() -> None:
+    sp = space("tiny")
+    archs = sp.sample(100, seed=2)
+    X = feature_matrix(sp, archs, VOCAB, BATCH, SEQ)
+    flops = np.array([forward_flops(a, sp, VOCAB, BATCH, SEQ) for a in archs], dtype=float)
+    latency_ms = 2e-9 * flops * (1 + np.random.default_rng(0).normal(0, 0.03, len(archs)))
+    result = cross_validate(lambda: LightGBMSurrogate(), X, latency_ms, folds=5, seed=0)
+    assert result["kendall_tau"] >= 0.8
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_store_round_trip(tmp_path: Path, family: str) -> None:
+    sp = space("tiny")
+    archs = sp.sample(120, seed=3)
+    X = feature_matrix(sp, archs, VOCAB, BATCH, SEQ)
+    y = np.exp(X[:, -1] - 20) * (1 + 0.1 * X[:, 2])
+    model = FAMILIES[family]().fit(X, y)
+    folder = tmp_path / "surrogate"
+    save_surrogate(model, folder, metadata(sp, len(y)))
+    loaded, meta = load_surrogate(folder, expected_space=sp)
+    assert type(loaded) is type(model)
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    for a, b in zip(loaded.predict_interval(X), model.predict_interval(X)):
+        np.testing.assert_array_equal(a, b)
+    assert meta["family"] == family and meta["feature_names"] == feature_names(sp)
+    assert meta["metric"] == "latency_ms" and meta["training_rows"] == 120
+    assert set(meta["versions"]) == {"hwgptbench", "lightgbm", "torch", "numpy"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["surrogate"]  # no staging left over
+
+
+def test_load_with_other_space_names_both(tmp_path: Path) -> None:
+    tiny = space("tiny")
+    X, y = smooth_data(60, seed=4)
+    save_surrogate(LightGBMSurrogate().fit(X, y), tmp_path / "m", metadata(tiny, 60))
+    with pytest.raises(SurrogateMismatchError, match=r"'tiny'.*'s'"):
+        load_surrogate(tmp_path / "m", expected_space=space("s"))
+    widened = SearchSpace.from_dict("tiny", {**SPACES["tiny"], "n_layer": [2, 3, 4, 5]})
+    with pytest.raises(SurrogateMismatchError, match=r"\[2, 3, 4\].*\[2, 3, 4, 5\]"):
+        load_surrogate(tmp_path / "m", expected_space=widened)
+
+
+def test_save_requires_metadata(tmp_path: Path) -> None:
+    X, y = smooth_data(40, seed=5)
+    incomplete = {k: v for k, v in metadata(space("tiny"), 40).items() if k != "metric"}
+    with pytest.raises(ValueError, match="metric"):
+        save_surrogate(LightGBMSurrogate().fit(X, y), tmp_path / "m", incomplete)
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_log_target_needs_positive_targets(family: str) -> None:
+    X, y = smooth_data(50, seed=6)
+    with pytest.raises(ValueError, match="strictly positive"):
+        FAMILIES[family]().fit(X, y - 2)
+    model = FAMILIES[family](log_target=False).fit(X, y - 2)
+    assert np.isfinite(model.predict(X)).all() and (model.predict(X) < 0).any()

@@ -1,0 +1,53 @@
+rule surrogates_perplexity:
+    """Fit and cross-validate the perplexity surrogates of a scale."""
+    input:
+        params=lambda wc: [PARAMS["surrogate"], PARAMS[f"spaces.{wc.scale}"]],
+        data=DATA_DIR,
+        perplexity=rules.perplexity.output[0],
+    output:
+        directory(f"{RESULTS}/{{scale}}/surrogates/perplexity"),
+    params:
+        files=params_flags,
+    threads: workflow.cores
+    log:
+        f"{RESULTS}/logs/{{scale}}/surrogates_perplexity.log",
+    shell:
+        "hwgptbench fit-surrogates --scale {wildcards.scale} {params.files} --data {input.data}"
+        " --perplexity {input.perplexity} --out {output} 2>&1 | tee {log}"
+
+
+rule surrogates_device:
+    """Fit and cross-validate the hardware surrogates of one device of a scale."""
+    input:
+        params=lambda wc: [PARAMS["surrogate"], PARAMS[f"spaces.{wc.scale}"]],
+        data=DATA_DIR,
+        measurements=rules.measure_device.output[0],
+    output:
+        directory(f"{RESULTS}/{{scale}}/surrogates/devices/{{device}}"),
+    params:
+        files=params_flags,
+    threads: workflow.cores
+    log:
+        f"{RESULTS}/logs/{{scale}}/surrogates-{{device}}.log",
+    shell:
+        "hwgptbench fit-surrogates --scale {wildcards.scale} {params.files} --data {input.data}"
+        " --measurements {input.measurements} --out {output} 2>&1 | tee {log}"
+
+
+rule surrogate_quality:
+    """The quality table of all surrogates of a scale, and its DVC metrics file."""
+    input:
+        perplexity=rules.surrogates_perplexity.output[0],
+        devices=lambda wc: [f"{RESULTS}/{wc.scale}/surrogates/devices/{Path(t).stem}"
+                            for t in device_tables(wc.scale)],
+    output:
+        table=f"{RESULTS}/{{scale}}/surrogates/quality.parquet",
+        metrics=f"{RESULTS}/{{scale}}/surrogate_quality.json",
+    params:
+        tables=lambda wc, input: " ".join(f"{d}/quality.parquet"
+                                          for d in [input.perplexity, *input.devices]),
+    log:
+        f"{RESULTS}/logs/{{scale}}/surrogate_quality.log",
+    shell:
+        "hwgptbench merge-quality --scale {wildcards.scale} --out {output.table}"
+        " --metrics-out {output.metrics} {params.tables} 2>&1 | tee {log}"
