@@ -383,6 +383,25 @@ def test_interleaved_latency_times_every_callable_equally() -> None:
     assert medians == sorted(medians) and 1.5 < medians[2] / medians[1] < 2.5
 
 
+def test_drift_is_divided_out_of_interleaved_samples() -> None:
+    rng = np.random.default_rng(0)
+    true_ms = np.array([1.0, 1.1, 1.3, 2.0, 2.2, 3.0])
+    drift = rng.uniform(0.85, 1.15, size=200)  # the machine's speed, cycle by cycle
+    noise = rng.normal(1, 0.01, size=(200, 6, latency.VISIT_CALLS))
+    cycles = drift[:, None, None] * true_ms[None, :, None] * noise
+    stats = latency.interleaved_stats(cycles)
+    medians = np.array([row["latency_ms"] for row in stats])
+    ratios = medians / true_ms
+    assert np.allclose(ratios, ratios.mean(), rtol=0.01)  # relative latencies recovered
+    assert all(row["latency_ci95_rel"] < 0.005 for row in stats)  # drift not in the CI
+    assert 0.07 < stats[0]["latency_drift_cv"] < 0.11
+    raw = latency_stats(cycles[:, 0, :].ravel().tolist())
+    assert raw["latency_ci95_rel"] > 5 * stats[0]["latency_ci95_rel"]
+    few = latency.interleaved_stats(cycles[:, :2, :])  # too few to tell drift from arch
+    assert few[0]["latency_drift_cv"] is None
+    assert few[0]["latency_ms"] == raw["latency_ms"]
+
+
 def test_measure_arch_row_on_cpu() -> None:
     arch = TINY.sample(1, seed=0)[0]
     meter = open_energy_meter(CPU)

@@ -49,7 +49,8 @@ def device_table(tmp_path_factory: pytest.TempPathFactory) -> Path:
     archs = SPACE.sample(3, seed=0)
     shards = [tmp / f"shard-{i}.parquet" for i in range(2)]
     for i, path in enumerate(shards):
-        measurements.measure_shard(_section(), SPACE, archs, 100, "auto", (i, 2), path)
+        measurements.measure_shard(_section(memory=True), SPACE, archs, 100, "auto", (i, 2),
+                                   path)
     table = measurements.merge_shards(shards, tmp / "device.parquet")
     assert table.height == 6
     return tmp / "device.parquet"
@@ -65,7 +66,8 @@ def test_device_table_rows(device_table: Path) -> None:
     assert table.select(measurements.KEY).is_unique().all()
     for column in ("latency_ms", "latency_ci95_ms", "latency_n", "flops", "params"):
         assert table[column].null_count() == 0 and (table[column] > 0).all()
-    assert table["memory_peak_mb"].null_count() == 6  # disabled in FAST, never 0
+    assert table["memory_peak_mb"].null_count() == 0
+    assert (table["memory_peak_mb"] > 0).all() and (table["memory_weights_mb"] > 0).all()
     if table["energy_mj"].null_count():
         assert table["energy_reason"].null_count() == 0
     assert {"cpu_model", "torch_version", "hostname_hash", "hwgptbench_version"} <= set(

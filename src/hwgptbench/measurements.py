@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,8 +26,9 @@ from tqdm import tqdm
 
 from . import __version__
 from .archs import write_table
-from .measure import (Condition, Settings, conditions_from_params, default_device, fingerprint,
-                      measure_arch, open_energy_meter, resolve_label)
+from .measure import (DTYPES, Condition, Settings, conditions_from_params, cpu_memory,
+                      default_device, fingerprint, measure_arch, open_energy_meter,
+                      resolve_label)
 from .measure.runner import measure_latency_of_archs
 from .space import Arch, SearchSpace
 
@@ -45,7 +47,8 @@ NULLABLE = {
     "energy_window_s": pl.Float64, "energy_calls": pl.Int64, "energy_source": pl.String,
     "energy_reason": pl.String, "memory_weights_mb": pl.Float64, "memory_peak_mb": pl.Float64,
     "memory_activations_mb": pl.Float64, "memory_reason": pl.String,
-    "cpu_cores_physical": pl.Int64, "memory_gb": pl.Float64, "gpu_memory_gb": pl.Float64,
+    "latency_drift_cv": pl.Float64, "cpu_cores_physical": pl.Int64, "memory_gb": pl.Float64,
+    "gpu_memory_gb": pl.Float64,
     "gpu_driver": pl.String, "cuda_version": pl.String,
 }
 
@@ -102,7 +105,11 @@ def measure_rows(section: dict[str, Any], space: SearchSpace, archs: Sequence[Ar
     identity = fingerprint(settings.threads, device)
     resolved = resolve_label(label, identity, section["aliases"])
     interleave = section["interleave"]
-    per_arch = replace(settings, latency=not interleave)
+    # On the CPU, memory is read in subprocesses that do not time anything: run them in
+    # parallel after the per-arch pass (which may read energy counters, so it runs alone).
+    memory_in_pool = settings.memory and device.type == "cpu"
+    per_arch = replace(settings, latency=not interleave, memory=settings.memory and not
+                       memory_in_pool)
     versions = {"hwgptbench_version": __version__, "python_version": platform.python_version()}
     rows = []
     with open_energy_meter(device) as meter:
@@ -114,6 +121,10 @@ def measure_rows(section: dict[str, Any], space: SearchSpace, archs: Sequence[Ar
                                       f"{condition.seq_len} {condition.dtype} "
                                       f"{condition.launch}", unit="arch", mininterval=2.0)]
             ok = [i for i, row in enumerate(batch) if row["status"] == "ok"]
+            if memory_in_pool and ok:
+                for i, memory in zip(ok, _cpu_memory_pool(space, [archs[i] for i in ok],
+                                                          vocab_size, condition, settings)):
+                    batch[i].update(memory)
             if interleave and ok:
                 log.info("timing %d archs interleaved", len(ok))
                 timed = measure_latency_of_archs(space, [archs[i] for i in ok], vocab_size,
@@ -124,6 +135,19 @@ def measure_rows(section: dict[str, Any], space: SearchSpace, archs: Sequence[Ar
                       "latency_interleaved": interleave, **identity, **versions}
                      for row in batch]
     return rows
+
+
+def _cpu_memory_pool(space: SearchSpace, archs: Sequence[Arch], vocab_size: int,
+                     condition: Condition, settings: Settings) -> list[dict[str, Any]]:
+    """CPU memory fields of archs, one subprocess each, ``settings.threads`` at a time."""
+    def one(arch: Arch) -> dict[str, Any]:
+        return cpu_memory(space, arch, vocab_size, DTYPES[condition.dtype],
+                          condition.batch_size, condition.seq_len, settings.seed,
+                          settings.threads)
+
+    with ThreadPoolExecutor(max_workers=settings.threads) as pool:
+        return list(tqdm(pool.map(one, archs), total=len(archs), desc="memory", unit="arch",
+                         mininterval=2.0))
 
 
 def measure_shard(section: dict[str, Any], space: SearchSpace, archs: Sequence[Arch],

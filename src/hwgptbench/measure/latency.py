@@ -120,6 +120,27 @@ def measure_latency(fn: Callable[[], Any], device: torch.device, *, warmup: int,
 
 
 VISIT_CALLS = 3
+MIN_BLOCKED = 5  # fewer callables than this: the cycle's speed cannot be told from theirs
+
+
+def drift_factors(cycles: np.ndarray) -> np.ndarray:
+    """Machine-speed factor of each cycle from samples (cycles, callables, calls): the
+    geometric mean over callables of their cycle median relative to their overall median."""
+    per_cycle = np.median(cycles, axis=2)  # (cycles, callables)
+    relative = np.log(per_cycle / np.median(per_cycle, axis=0))
+    return np.exp(relative.mean(axis=1))
+
+
+def interleaved_stats(cycles: np.ndarray) -> list[dict[str, Any]]:
+    """Statistics of each callable from interleaved samples (cycles, callables, calls), each
+    sample divided by its cycle's drift factor when there are enough callables to estimate it;
+    ``latency_drift_cv`` is the coefficient of variation of those factors."""
+    blocked = cycles.shape[1] >= MIN_BLOCKED
+    factors = drift_factors(cycles) if blocked else np.ones(len(cycles))
+    adjusted = cycles / factors[:, None, None]
+    drift_cv = float(factors.std() / factors.mean()) if blocked else None
+    return [{**latency_stats(adjusted[:, i, :].ravel().tolist()), "latency_drift_cv": drift_cv}
+            for i in range(cycles.shape[1])]
 
 
 def measure_latency_interleaved(fns: Sequence[Callable[[], Any]], device: torch.device, *,
@@ -132,11 +153,15 @@ def measure_latency_interleaved(fns: Sequence[Callable[[], Any]], device: torch.
     and ``VISIT_CALLS`` timed ones, so the samples are warm-cache latencies as in one-by-one
     timing.
 
-    A machine whose speed drifts over seconds (shared or virtual CPUs: the same forward's median
-    can move by 15% from one minute to the next) biases per-callable timing by when each ran;
-    interleaving spreads the drift evenly. Cycles go on until every callable has at least
-    ``min_repeats`` samples and its median CI is within ``target_rel_ci``, or ``max_repeats``
-    samples, or ``max_seconds`` per callable in total; all callables get the same count.
+    A machine whose speed drifts (shared or virtual CPUs: the same forward's median can move by
+    15% from one minute to the next) biases one-by-one timing by when each callable ran.
+    Interleaving makes each cycle a block that every callable sees; with at least
+    ``MIN_BLOCKED`` callables the block effect (the cycle's common speed factor) is estimated
+    and divided out (:func:`interleaved_stats`), so the statistics and their CI describe the
+    callables at the campaign's typical speed, free of the drift. Cycles go on until every
+    callable has at least ``min_repeats`` samples and its median CI is within
+    ``target_rel_ci``, or ``max_repeats`` samples, or ``max_seconds`` per callable in total;
+    all callables get the same count.
     """
     if not 2 <= min_repeats <= max_repeats:
         raise ValueError(f"need 2 <= min_repeats <= max_repeats, got {min_repeats}, "
@@ -144,7 +169,7 @@ def measure_latency_interleaved(fns: Sequence[Callable[[], Any]], device: torch.
     device = torch.device(device)
     times = _cuda_times_ms if device.type == "cuda" else _cpu_times_ms
     rng = np.random.default_rng(seed)
-    samples: list[list[float]] = [[] for _ in fns]
+    cycles: list[list[list[float]]] = []
     with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
         for fn in fns:
             for _ in range(warmup):
@@ -152,17 +177,19 @@ def measure_latency_interleaved(fns: Sequence[Callable[[], Any]], device: torch.
         synchronize(device)
         start = time.perf_counter()
         while True:
+            cycle: list[list[float]] = [[] for _ in fns]
             for i in rng.permutation(len(fns)):
                 fns[i]()  # re-warm caches the previous visit's model evicted
-                samples[i] += times(fns[i], VISIT_CALLS)
-            n = len(samples[0])
+                cycle[i] = times(fns[i], VISIT_CALLS)
+            cycles.append(cycle)
+            n = len(cycles) * VISIT_CALLS
             if n < min_repeats:
                 continue
-            converged = all(latency_stats(s)["latency_ci95_rel"] <= target_rel_ci
-                            for s in samples)
+            stats = interleaved_stats(np.asarray(cycles))
+            converged = all(row["latency_ci95_rel"] <= target_rel_ci for row in stats)
             out_of_time = time.perf_counter() - start >= max_seconds * len(fns)
             if converged or out_of_time or n >= max_repeats:
-                return [latency_stats(s) for s in samples]
+                return stats
 
 
 def cuda_graph_callable(model: nn.Module, x: torch.Tensor, warmup: int = 3

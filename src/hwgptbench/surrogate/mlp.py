@@ -3,10 +3,12 @@
 Inputs and the (log) target are standardised with training statistics. The prediction is the
 ensemble mean. The interval is mean ± z·sqrt(ensemble variance + residual variance), z the
 normal quantile of the nominal coverage: the ensemble variance (across members, ddof 0)
-captures disagreement away from the training data, and the residual variance (mean squared
-error of the ensemble mean on the training rows) captures measurement noise that every
-member fits alike. Being in-sample, the residual variance is optimistic when the members
-overfit; cross-validated coverage (:mod:`.quality`) shows how much.
+captures disagreement away from the training data, and the residual variance captures
+measurement noise that every member fits alike. The residual variance is the mean squared
+error of ensembles cross-fitted on ``calibration_folds`` folds, predicting the rows they did
+not see: in-sample residuals of members that fit the noise made the nominal 90% interval
+cover only 26–40% of held-out rows on the tiny benchmark. ``calibration_folds=0`` uses the
+in-sample residuals (one fit instead of 1 + folds).
 
 Training and prediction run on a fixed number of torch threads (default 1): results are then
 bit-identical run to run, and small matrices gain nothing from more threads.
@@ -35,7 +37,7 @@ log = logging.getLogger(__name__)
 _OPTIONS = "options.json"
 _WEIGHTS = "members.pt"
 _OPTION_NAMES = ("hidden", "layers", "members", "epochs", "lr", "weight_decay", "seed",
-                 "log_target", "coverage", "num_threads")
+                 "log_target", "coverage", "num_threads", "calibration_folds")
 
 
 @contextlib.contextmanager
@@ -64,14 +66,18 @@ class MLPEnsembleSurrogate:
 
     def __init__(self, hidden: int = 64, layers: int = 2, members: int = 5, epochs: int = 300,
                  lr: float = 1e-2, weight_decay: float = 1e-4, seed: int = 0,
-                 log_target: bool = True, coverage: float = 0.9, num_threads: int = 1) -> None:
+                 log_target: bool = True, coverage: float = 0.9, num_threads: int = 1,
+                 calibration_folds: int = 3) -> None:
         if min(hidden, layers, members, epochs, num_threads) < 1:
             raise ValueError("hidden, layers, members, epochs and num_threads must be positive")
+        if calibration_folds == 1 or calibration_folds < 0:
+            raise ValueError(f"calibration_folds must be 0 (off) or >= 2, got {calibration_folds}")
         if not 0 < coverage < 1:
             raise ValueError(f"coverage must be in (0, 1), got {coverage}")
         self.hidden, self.layers, self.members, self.epochs = hidden, layers, members, epochs
         self.lr, self.weight_decay, self.seed = lr, weight_decay, seed
         self.log_target, self.coverage, self.num_threads = log_target, coverage, num_threads
+        self.calibration_folds = calibration_folds
         self.nets: list[nn.Sequential] = []
         self.stats: dict[str, Any] = {}
 
@@ -111,6 +117,20 @@ class MLPEnsembleSurrogate:
                 optimizer.step()
                 schedule.step()
 
+    def _cross_fitted_residual_var(self, x: torch.Tensor, target: torch.Tensor) -> float:
+        """Mean squared error of ensembles fitted without the rows they predict."""
+        from .quality import fold_indices
+
+        residual = np.empty(len(target))
+        for held_out in fold_indices(len(target), self.calibration_folds, self.seed):
+            train = np.ones(len(target), dtype=bool)
+            train[held_out] = False
+            self._build(x.shape[1])
+            self._train(x[train], target[train])
+            predicted = self._member_outputs(x[held_out]).double().numpy().mean(0)
+            residual[held_out] = predicted - target[held_out].double().numpy()
+        return float(np.mean(residual**2))
+
     def fit(self, X: np.ndarray, y: np.ndarray) -> MLPEnsembleSurrogate:
         """Standardise, train all members, estimate the residual variance; return self."""
         X = check_features(X)
@@ -125,10 +145,13 @@ class MLPEnsembleSurrogate:
         x = self._inputs(X)
         target = (z - self.stats["y_mean"]) / self.stats["y_scale"]
         target_t = torch.from_numpy(target.astype(np.float32))
+        self.stats["residual_var"] = (self._cross_fitted_residual_var(x, target_t)
+                                      if self.calibration_folds else None)
         self._build(X.shape[1])
         self._train(x, target_t)
-        residual = self._member_outputs(x).double().numpy().mean(0) - target
-        self.stats["residual_var"] = float(np.mean(residual**2))
+        if self.stats["residual_var"] is None:
+            residual = self._member_outputs(x).double().numpy().mean(0) - target
+            self.stats["residual_var"] = float(np.mean(residual**2))
         log.debug("fitted %d-member MLP ensemble on %d rows in %.2f s", self.members, len(z),
                   time.perf_counter() - start)
         return self
