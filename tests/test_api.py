@@ -155,5 +155,5 @@ def test_cli_query(results: Path, tmp_path: Path) -> None:
                    "--arch", ids[0]], tmp_path).stdout
     assert ids[0] in printed
     bad = run(["hwgptbench", "query", "--results", str(results), "--metric", "latency_ms",
-               "--arch", "e7-l1-h1-r1-b1"], tmp_path, check=False)
+               "--device", DEVICE, "--arch", "e7-l1-h1-r1-b1"], tmp_path, check=False)
     assert bad.returncode == 2 and "embed_dim" in bad.stderr

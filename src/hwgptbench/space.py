@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from numbers import Integral, Real
 from typing import Any
 
@@ -93,7 +94,7 @@ class Arch:
         """MLP hidden width of every layer, int(mlp_ratio * embed_dim)."""
         return tuple(int(r * self.embed_dim) for r in self.mlp_ratio)
 
-    @property
+    @cached_property
     def id(self) -> str:
         """Canonical string id, e.g. ``e128-l3-h4_2_4-r4_3_2.5-b1``."""
         heads = "_".join(map(str, self.n_head))
