@@ -17,7 +17,6 @@ import platform
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -195,7 +194,3 @@ def merge_devices(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLik
              ", ".join(sorted(table["device"].unique())))
     return table
 
-
-def device_tables(folder: str | os.PathLike[str]) -> list[Path]:
-    """The device tables present in a scale's measure folder."""
-    return sorted(Path(folder).glob("*.parquet"))

@@ -188,9 +188,8 @@ def measure_arch(space: SearchSpace, arch: Arch, vocab_size: int, condition: Con
         measured = _measure(space, arch, vocab_size, condition, x, meter, settings)
     except torch.OutOfMemoryError as err:
         log.warning("%s %s: out of memory", arch.id, condition)
-        reason = f"out of memory: {err}".splitlines()[0]
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    if reason is not None:
-        return _unmeasured(row, meter, "oom", reason)
+        return _unmeasured(row, meter, "oom", f"out of memory: {err}".splitlines()[0])
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
     return row | {"status": "ok", "reason": None, **measured}
