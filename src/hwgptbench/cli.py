@@ -155,8 +155,6 @@ def cmd_fit_surrogates(args: argparse.Namespace) -> None:
     config = _load(args, ["surrogate", "spaces"])
     space = _space(config, args.scale)
     vocab_size = data.TokenShards.open(args.data).manifest["tokenizer"]["vocab_size"]
-    if bool(args.measurements) == bool(args.perplexity):
-        raise params.ParamsError("give exactly one of --measurements and --perplexity")
     if args.perplexity:
         quality = surrogates.fit_perplexity(config["surrogate"], space, vocab_size,
                                             pl.read_parquet(args.perplexity), args.out)
@@ -253,8 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("devices", cmd_devices)
     command = add("fit-surrogates", cmd_fit_surrogates)
     _scale_and_data(command)
-    command.add_argument("--measurements", help="a device table (fits hardware metrics)")
-    command.add_argument("--perplexity", help="the perplexity table (fits perplexity)")
+    table = command.add_mutually_exclusive_group(required=True)
+    table.add_argument("--measurements", help="a device table (fits hardware metrics)")
+    table.add_argument("--perplexity", help="the perplexity table (fits perplexity)")
     command.add_argument("--out", required=True, help="output folder")
     command = sub.add_parser("merge-quality", help=cmd_merge_quality.__doc__,
                              description=cmd_merge_quality.__doc__)
