@@ -56,20 +56,31 @@ def make_factory(section: dict[str, Any], family: str) -> Callable[[], Surrogate
     return lambda: MLPEnsembleSurrogate(**section["mlp_ensemble"], seed=seed, coverage=coverage)
 
 
+def _base_row(section: dict[str, Any], metric: str, device: str, condition: str
+              ) -> dict[str, Any]:
+    """The fields a quality row of (metric, device, condition) starts with."""
+    return {"metric": metric, "device": device, "condition": condition,
+            "nominal_coverage": section["coverage"]}
+
+
+def _skipped(section: dict[str, Any], base: dict[str, Any], reason: str, rows: int
+             ) -> list[dict[str, Any]]:
+    """Quality rows saying that no family was fitted, and why."""
+    return [{**base, "family": family, "status": "skipped", "reason": reason, "rows": rows}
+            for family in section["families"]]
+
+
 def _fit_families(section: dict[str, Any], X: np.ndarray, y: np.ndarray,
                   folder: Path, metadata: dict[str, Any]) -> list[dict[str, Any]]:
     """Cross-validate and fit every family on (X, y); save each; return quality rows."""
+    base = _base_row(section, metadata["metric"], metadata["device"], metadata["condition"])
+    if len(y) < section["min_rows"]:
+        reason = f"{len(y)} measured archs < surrogate.min_rows {section['min_rows']}"
+        log.warning("%s %s %s: no surrogate: %s", *list(base.values())[:3], reason)
+        return _skipped(section, base, reason, len(y))
     rows = []
-    base = {"metric": metadata["metric"], "device": metadata["device"],
-            "condition": metadata["condition"], "nominal_coverage": section["coverage"]}
     for family in section["families"]:
         factory = make_factory(section, family)
-        if len(y) < section["min_rows"]:
-            reason = f"{len(y)} measured archs < surrogate.min_rows {section['min_rows']}"
-            log.warning("%s %s %s: no surrogate: %s", *list(base.values())[:3], reason)
-            rows.append({**base, "family": family, "status": "skipped", "reason": reason,
-                         "rows": len(y)})
-            continue
         quality = cross_validate(factory, X, y, section["folds"], section["seed"])
         save_surrogate(factory().fit(X, y), folder / family,
                        {**metadata, "training_rows": len(y)})
@@ -123,11 +134,8 @@ def fit_device(section: dict[str, Any], space: SearchSpace, vocab_size: int,
                 metadata = _metadata(space, metric, devices[0], condition, fingerprint,
                                      vocab_size, key[0], key[1])
                 if not present.any():
-                    reason = _null_reason(group, metric)
-                    rows += [{"metric": metric, "device": devices[0], "condition": condition,
-                              "family": f, "status": "skipped", "reason": reason, "rows": 0,
-                              "nominal_coverage": section["coverage"]}
-                             for f in section["families"]]
+                    base = _base_row(section, metric, devices[0], condition)
+                    rows += _skipped(section, base, _null_reason(group, metric), 0)
                     continue
                 rows += _fit_families(section, X[present], group[metric].to_numpy()[present],
                                       staging / metric / condition, metadata)

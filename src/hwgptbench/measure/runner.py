@@ -69,6 +69,12 @@ class Settings:
     seed: int = 0
     latency: bool = True
 
+    def timing(self) -> dict[str, Any]:
+        """The keyword arguments of the latency timers."""
+        return {"warmup": self.warmup, "min_repeats": self.min_repeats,
+                "max_repeats": self.max_repeats, "target_rel_ci": self.target_rel_ci,
+                "max_seconds": self.max_seconds}
+
 
 def conditions_from_params(section: Mapping[str, Any], device: torch.device) -> list[Condition]:
     """Cartesian product of the lists ``batch_size``, ``seq_len``, ``dtype`` and ``launch``
@@ -138,11 +144,7 @@ def _measure(space: SearchSpace, arch: Arch, vocab_size: int, condition: Conditi
     with torch.inference_mode():
         memory = _memory(model, x, space, arch, vocab_size, condition, settings)
         fn = forward_callable(model, x, condition)
-        latency = (measure_latency(fn, x.device, warmup=settings.warmup,
-                                   min_repeats=settings.min_repeats,
-                                   max_repeats=settings.max_repeats,
-                                   target_rel_ci=settings.target_rel_ci,
-                                   max_seconds=settings.max_seconds)
+        latency = (measure_latency(fn, x.device, **settings.timing())
                    if settings.latency else dict.fromkeys(LATENCY_FIELDS))
         energy = measure_energy(fn, meter, x.device, settings.energy_seconds)
     return {**latency, **energy, **memory}
@@ -160,9 +162,7 @@ def measure_latency_of_archs(space: SearchSpace, archs: Sequence[Arch], vocab_si
     with torch.inference_mode():
         fns = [forward_callable(model, x, condition) for model in models]
         return measure_latency_interleaved(
-            fns, x.device, warmup=settings.warmup, min_repeats=settings.min_repeats,
-            max_repeats=settings.max_repeats, target_rel_ci=settings.target_rel_ci,
-            max_seconds=settings.max_seconds, seed=settings.seed)
+            fns, x.device, **settings.timing(), seed=settings.seed)
 
 
 def measure_arch(space: SearchSpace, arch: Arch, vocab_size: int, condition: Condition,
