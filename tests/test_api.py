@@ -27,14 +27,21 @@ SECTION = {"metrics": ["latency_ms", "energy_mj", "memory_peak_mb"], "families":
            "mlp_ensemble": {}, "coverage": 0.9, "folds": 3, "min_rows": 10, "seed": 0}
 
 
+FIDELITIES = [50, 100]  # train steps of a snapshot and of the final supernet
+
+
 def synthetic_tables(n: int = 60) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """A perplexity table and a device table whose metrics follow size, with noise."""
+    """A perplexity table (a snapshot's perplexity 1.5x the final's) and a device table whose
+    metrics follow size, with noise."""
     archs = SPACE.sample(n, seed=0)
     params, flops = analytic_counts(SPACE, SPACE.encode(archs), VOCAB, 1, 128)
     rng = np.random.default_rng(0)
     ids = [a.id for a in archs]
-    perplexity = pl.DataFrame({"arch_id": ids, "params": params,
-                               "perplexity": 1e4 / np.log(params) ** 2 * rng.uniform(0.98, 1.02, n)})
+    final = 1e4 / np.log(params) ** 2 * rng.uniform(0.98, 1.02, n)
+    perplexity = pl.concat([
+        pl.DataFrame({"arch_id": ids, "params": params, "train_steps": steps,
+                      "perplexity": final * factor})
+        for steps, factor in zip(FIDELITIES, (1.5, 1.0))])
     rows = pl.DataFrame({
         "device": DEVICE, "arch_id": ids, "batch_size": 1, "seq_len": 128, "dtype": "fp32",
         "launch": "eager", "status": "ok", "latency_ms": flops / 1e8 * rng.uniform(0.97, 1.03, n),
@@ -62,7 +69,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     surrogates.merge_quality([folder / "perplexity" / "quality.parquet",
                               folder / "devices" / DEVICE / "quality.parquet"], "tiny",
                              folder / "quality.parquet", scale / "surrogate_quality.json")
-    assert q1["status"].to_list() == ["ok"] and q2.height == 3
+    assert q1["status"].to_list() == ["ok", "ok"] and q2.height == 3
     return root
 
 
@@ -76,6 +83,7 @@ def test_quality_table_and_dvc_metrics(results: Path) -> None:
     metrics = json.loads((results / "tiny" / "surrogate_quality.json").read_text())
     assert set(metrics["latency_ms"][DEVICE]["b1-t128-fp32-eager"]["lightgbm"]) == {
         "r2", "mae", "kendall_tau", "spearman_rho", "coverage"}
+    assert set(metrics["perplexity"]["any"]) == {"any", "steps-50"}
 
 
 def test_benchmark_describes_itself(results: Path) -> None:
@@ -84,6 +92,7 @@ def test_benchmark_describes_itself(results: Path) -> None:
     assert bench.devices == [DEVICE]
     assert bench.metrics == ["latency_ms", "memory_peak_mb", "perplexity"]
     assert bench.conditions(DEVICE) == ["b1-t128-fp32-eager"]
+    assert bench.fidelities == FIDELITIES
     assert bench.sample(5, seed=1) == SPACE.sample(5, seed=1)
 
 
@@ -111,8 +120,28 @@ def test_measured_mode_returns_the_table_values(results: Path) -> None:
     ids = device_table["arch_id"].to_list()[:10] + [unmeasured.id]
     table = bench.query(ids, ["latency_ms", "perplexity"], device=DEVICE, mode="measured")
     assert table["latency_ms"].to_list()[:10] == device_table["latency_ms"].to_list()[:10]
-    assert table["perplexity"].to_list()[:10] == perplexity["perplexity"].to_list()[:10]
+    by_steps = perplexity.partition_by("train_steps", as_dict=True)
+    assert table["perplexity"].to_list()[:10] == by_steps[(100,)]["perplexity"].to_list()[:10]
     assert table.row(10) == (unmeasured.id, None, None)
+    low = bench.query(ids, "perplexity", mode="measured", fidelity=50)
+    assert low["perplexity"].to_list()[:10] == by_steps[(50,)]["perplexity"].to_list()[:10]
+
+
+def test_fidelity_selects_the_perplexity_of_a_snapshot(results: Path) -> None:
+    bench = Benchmark.load("tiny", results)
+    archs = bench.sample(30, seed=4)
+    final = bench.query(archs, ["perplexity", "latency_ms"], device=DEVICE)
+    assert final.equals(bench.query(archs, ["perplexity", "latency_ms"], device=DEVICE,
+                                    fidelity=100))
+    low = bench.query(archs, ["perplexity", "latency_ms"], device=DEVICE, fidelity=50)
+    assert low["latency_ms"].equals(final["latency_ms"])  # hardware ignores the fidelity
+    ratio = (low["perplexity"] / final["perplexity"]).to_numpy()
+    assert np.all((ratio > 1.3) & (ratio < 1.7))
+    # the entry cache tells fidelities apart in either order of queries
+    assert bench.query(archs, "perplexity").equals(final.select("arch_id", "perplexity"))
+    with pytest.raises(QueryError, match=r"unknown fidelity 70; available \(training steps\): "
+                                         r"50, 100"):
+        bench.query(archs, "perplexity", fidelity=70)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

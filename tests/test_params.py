@@ -49,6 +49,21 @@ def test_bad_value_names_field_and_allowed(path: list[str], value: object,
         assert text in str(info.value)
 
 
+@pytest.mark.parametrize(("value", "expected"), [
+    ([100, 300], ["supernet.snapshots: [100, 300]", "< supernet.steps (300)",
+                  "drop [300] or raise supernet.steps"]),
+    ([200, 100], ["supernet.snapshots: [200, 100]", "increasing order, e.g. [100, 200]"]),
+    ([0], ["supernet.snapshots.0", ">= 1"]),
+    ([100, 100], ["supernet.snapshots: [100, 100]", "training steps at which a snapshot"]),
+])
+def test_snapshots_must_fit_the_training_steps(value: list[int], expected: list[str]) -> None:
+    with pytest.raises(params.ParamsError) as info:
+        params.validate(_broken(["supernet", "snapshots"], value))
+    for text in expected:
+        assert text in str(info.value)
+    assert params.validate(_broken(["supernet", "snapshots"], []))
+
+
 def test_missing_key_for_source_is_named() -> None:
     doc = copy.deepcopy(DEFAULT)
     doc["data"]["corpus"] = {"source": "huggingface", "split": "train", "text_field": "text"}
@@ -84,10 +99,16 @@ def test_cli_rejects_invalid_params_and_writes_nothing(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
 
 
-def test_snakemake_rejects_invalid_params_before_any_job(project: Path) -> None:
-    _write_invalid(project)
+@pytest.mark.parametrize(("path", "value", "expected"), [
+    (["data", "tokenizer", "vocab_size"], "big", ["data.tokenizer.vocab_size", ">= 512"]),
+    (["supernet", "snapshots"], [100, 400], ["supernet.snapshots", "raise supernet.steps"]),
+])
+def test_snakemake_rejects_invalid_params_before_any_job(project: Path, path: list[str],
+                                                         value: object, expected: list[str]
+                                                         ) -> None:
+    (project / "params.yaml").write_text(yaml.safe_dump(_broken(path, value)))
     result = run(["snakemake", "--cores", "1"], project, check=False)
     assert result.returncode != 0
     output = result.stdout + result.stderr
-    assert "data.tokenizer.vocab_size" in output and ">= 512" in output
+    assert all(text in output for text in expected)
     assert not (project / "results").exists()

@@ -9,7 +9,7 @@ import polars as pl
 import torch
 
 from conftest import REPO_ROOT, run
-from hwgptbench import archs, perplexity
+from hwgptbench import archs, perplexity, train
 from hwgptbench.data import TokenShards
 from hwgptbench.model import SuperGPT
 from hwgptbench.space import SearchSpace
@@ -55,11 +55,13 @@ def test_inherited_perplexity_equals_the_extracted_model(shakespeare: Path) -> N
 
 
 def test_cli_sample_and_perplexity(shakespeare: Path, tmp_path: Path) -> None:
-    """The stage commands as the workflow calls them, on a supernet trained for 2 steps."""
+    """The stage commands as the workflow calls them, on a supernet trained for 2 steps with a
+    snapshot after 1: one row per arch and fidelity, on the same validation batches."""
     import yaml
 
     doc = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
-    doc["supernet"].update(steps=2, batch_size=2, checkpoint_every=1, device="cpu")
+    doc["supernet"].update(steps=2, batch_size=2, checkpoint_every=1, device="cpu",
+                           snapshots=[1])
     doc["sample"]["n_archs"] = 4
     doc["perplexity"].update(batches=1, batch_size=2, device="cpu")
     params_file = tmp_path / "params.yaml"
@@ -70,8 +72,21 @@ def test_cli_sample_and_perplexity(shakespeare: Path, tmp_path: Path) -> None:
     run(["hwgptbench", "perplexity", *common, "--supernet", "sn/supernet.pt",
          "--archs", "archs.parquet", "--out", "ppl.parquet"], tmp_path)
     table = pl.read_parquet(tmp_path / "ppl.parquet")
-    assert table.columns == ["arch_id", "params", "val_loss", "perplexity"]
-    assert table.height == 6 and table["perplexity"].min() > 1
+    assert table.columns == ["arch_id", "params", "train_steps", "val_loss", "perplexity"]
+    assert table.height == 12 and table["perplexity"].min() > 1
+    ids = pl.read_parquet(tmp_path / "archs.parquet")["arch_id"].to_list()
+    losses = {}
+    for steps, path in [(1, "sn/supernet-step-1.pt"), (2, "sn/supernet.pt")]:
+        rows = table.filter(pl.col("train_steps") == steps)
+        assert rows["arch_id"].to_list() == ids
+        model, space = train.load_supernet(tmp_path / path)
+        batches = perplexity.validation_batches(TokenShards.open(shakespeare).split("val"),
+                                                space.block_size, 1, 2, doc["perplexity"]["seed"])
+        expected = perplexity.evaluate(model, archs.read_archs_from(rows), batches,
+                                       torch.device("cpu"))
+        losses[steps] = rows["val_loss"].to_list()
+        assert losses[steps] == expected["val_loss"].to_list()
+    assert losses[1] != losses[2]
     bad = run(["hwgptbench", "sample", *common[:-1], "xl", "--out", "x.parquet"], tmp_path,
               check=False)
     assert bad.returncode == 2 and "unknown scale 'xl'" in bad.stderr

@@ -6,8 +6,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 
+from hwgptbench import surrogates
 from hwgptbench.measure.flops import forward_flops
 from hwgptbench.space import SearchSpace
 from hwgptbench.surrogate import Surrogate
@@ -182,3 +184,27 @@ def test_log_target_needs_positive_targets(family: str) -> None:
         FAMILIES[family]().fit(X, y - 2)
     model = FAMILIES[family](log_target=False).fit(X, y - 2)
     assert np.isfinite(model.predict(X)).all() and (model.predict(X) < 0).any()
+
+
+def test_fit_perplexity_one_surrogate_per_fidelity(tmp_path: Path) -> None:
+    sp = space("tiny")
+    archs = sp.sample(30, seed=7)
+    n_params, _ = analytic_counts(sp, sp.encode(archs), VOCAB, 1, sp.block_size)
+    final = 1e4 / np.log(n_params) ** 2
+    table = pl.concat([pl.DataFrame({"arch_id": [a.id for a in archs], "train_steps": steps,
+                                     "perplexity": final * factor})
+                       for steps, factor in ((10, 2.0), (40, 1.0), (20, 1.5))])
+    section = {"families": ["lightgbm"], "lightgbm": {"num_iterations": 20, "num_leaves": 4,
+                                                      "min_data_in_leaf": 3},
+               "coverage": 0.9, "folds": 3, "min_rows": 10, "seed": 0}
+    quality = surrogates.fit_perplexity(section, sp, VOCAB, table, tmp_path / "perplexity")
+    assert quality.select("condition", "status").rows() == [
+        ("any", "ok"), ("steps-20", "ok"), ("steps-10", "ok")]
+    X = feature_matrix(sp, archs, VOCAB, 1, sp.block_size)
+    for folder, condition, steps, factor in [("lightgbm", "any", 40, 1.0),
+                                             ("steps-20/lightgbm", "steps-20", 20, 1.5),
+                                             ("steps-10/lightgbm", "steps-10", 10, 2.0)]:
+        model, meta = load_surrogate(tmp_path / "perplexity" / folder, expected_space=sp)
+        assert (meta["metric"], meta["device"]) == ("perplexity", "any")
+        assert (meta["condition"], meta["train_steps"]) == (condition, steps)
+        assert np.median(model.predict(X) / final) == pytest.approx(factor, rel=0.05)

@@ -1,4 +1,4 @@
-"""Sandwich-rule supernet training: schedule, sub-network choice, exact resume."""
+"""Sandwich-rule supernet training: schedule, sub-network choice, exact resume, snapshots."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch
 
 from hwgptbench import train
 from hwgptbench.data import TokenShards
+from hwgptbench.params import ParamsError
 from hwgptbench.space import SearchSpace
 
 SMALL_SPACE = SearchSpace.from_dict("small", {
@@ -19,7 +20,7 @@ SMALL_SPACE = SearchSpace.from_dict("small", {
 
 CONFIG = train.TrainConfig(steps=6, batch_size=4, random_subnets=1, lr=3e-3, betas=(0.9, 0.98),
                            weight_decay=0.1, warmup_steps=2, min_lr_ratio=0.1, grad_clip=1.0,
-                           checkpoint_every=3, device="cpu", seed=5)
+                           checkpoint_every=3, device="cpu", seed=5, snapshots=(2,))
 
 
 def test_lr_schedule_warms_up_then_decays_to_floor() -> None:
@@ -47,8 +48,11 @@ def test_windows_are_shifted_and_seeded(shakespeare: Path) -> None:
 
 
 def _states_equal(a: Path, b: Path) -> None:
-    state_a = torch.load(a, weights_only=False)["model"]
-    state_b = torch.load(b, weights_only=False)["model"]
+    _weights_equal(torch.load(a, weights_only=False)["model"],
+                   torch.load(b, weights_only=False)["model"])
+
+
+def _weights_equal(state_a: dict[str, torch.Tensor], state_b: dict[str, torch.Tensor]) -> None:
     assert state_a.keys() == state_b.keys()
     for key in state_a:
         assert torch.equal(state_a[key], state_b[key]), key
@@ -61,8 +65,11 @@ def test_resume_gives_identical_weights(shakespeare: Path, tmp_path: Path) -> No
                        stop_after=3) is None
     assert not (tmp_path / "b" / train.SUPERNET).exists()
     assert torch.load(tmp_path / "b_work" / train.CHECKPOINT, weights_only=False)["step"] == 3
+    snapshot = train.snapshot_name(2)
+    assert (tmp_path / "b_work" / snapshot).exists()  # taken before the kill at step 3
     resumed = train.train(CONFIG, SMALL_SPACE, shards, tmp_path / "b", tmp_path / "b_work")
     _states_equal(straight, resumed)
+    _states_equal(tmp_path / "a" / snapshot, tmp_path / "b" / snapshot)
     loss_a = pl.read_parquet(tmp_path / "a" / train.LOSS_TABLE)
     loss_b = pl.read_parquet(tmp_path / "b" / train.LOSS_TABLE)
     assert loss_a.equals(loss_b)
@@ -81,10 +88,51 @@ def test_checkpoint_of_other_params_is_not_resumed(shakespeare: Path, tmp_path: 
 
 def test_load_supernet_round_trip(shakespeare: Path, tmp_path: Path) -> None:
     shards = TokenShards.open(shakespeare)
-    path = train.train(replace(CONFIG, steps=2), SMALL_SPACE, shards, tmp_path / "o",
-                       tmp_path / "w")
-    model, space = train.load_supernet(path)
-    assert space == SMALL_SPACE
-    x = torch.zeros(1, 8, dtype=torch.int64)
-    model.set_arch(SMALL_SPACE.smallest())
-    assert model(x).shape == (1, 8, shards.manifest["tokenizer"]["vocab_size"])
+    path = train.train(replace(CONFIG, steps=2, snapshots=(1,)), SMALL_SPACE, shards,
+                       tmp_path / "o", tmp_path / "w")
+    files = train.supernet_files(path)
+    assert files == {1: tmp_path / "o" / train.snapshot_name(1), 2: path}
+    for file in files.values():
+        model, space = train.load_supernet(file)
+        assert space == SMALL_SPACE
+        x = torch.zeros(1, 8, dtype=torch.int64)
+        model.set_arch(SMALL_SPACE.smallest())
+        assert model(x).shape == (1, 8, shards.manifest["tokenizer"]["vocab_size"])
+
+
+def test_snapshot_is_the_model_at_its_step(shakespeare: Path, tmp_path: Path) -> None:
+    shards = TokenShards.open(shakespeare)
+    cfg = replace(CONFIG, checkpoint_every=2, snapshots=(2, 4))
+    train.train(cfg, SMALL_SPACE, shards, tmp_path / "killed", tmp_path / "kw", stop_after=4)
+    checkpoint = torch.load(tmp_path / "kw" / train.CHECKPOINT, weights_only=False)
+    assert checkpoint["step"] == 4
+    final = train.train(cfg, SMALL_SPACE, shards, tmp_path / "o", tmp_path / "w")
+    snapshot = torch.load(tmp_path / "o" / train.snapshot_name(4), weights_only=False)
+    _weights_equal(snapshot["model"], checkpoint["model"])
+    assert snapshot["steps"] == 4 and snapshot["format"] == train.FORMAT
+    assert snapshot["fingerprint"] == torch.load(final, weights_only=False)["fingerprint"]
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [
+        "loss.parquet", "supernet-step-2.pt", "supernet-step-4.pt", "supernet.pt"]
+    # a rerun with fewer snapshots drops the others from the output folder
+    train.train(replace(cfg, snapshots=(2,)), SMALL_SPACE, shards, tmp_path / "o",
+                tmp_path / "w")
+    assert not (tmp_path / "o" / train.snapshot_name(4)).exists()
+
+
+def test_resume_without_its_snapshot_says_how_to_recover(shakespeare: Path, tmp_path: Path
+                                                         ) -> None:
+    shards = TokenShards.open(shakespeare)
+    train.train(CONFIG, SMALL_SPACE, shards, tmp_path / "o", tmp_path / "w", stop_after=3)
+    (tmp_path / "w" / train.snapshot_name(2)).unlink()
+    with pytest.raises(RuntimeError, match="snapshot of step 2.*delete .*checkpoint.pt"):
+        train.train(CONFIG, SMALL_SPACE, shards, tmp_path / "o", tmp_path / "w")
+
+
+@pytest.mark.parametrize(("snapshots", "message"), [
+    ((2, 6), r"supernet.snapshots: \[2, 6\].*< supernet.steps \(6\): drop \[6\]"),
+    ((4, 2), r"supernet.snapshots: \[4, 2\].*increasing order, e.g. \[2, 4\]"),
+])
+def test_config_checks_snapshots_against_steps(snapshots: tuple[int, ...], message: str
+                                               ) -> None:
+    with pytest.raises(ParamsError, match=message):
+        replace(CONFIG, snapshots=snapshots)

@@ -10,6 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
+import polars as pl
 import pytest
 import yaml
 
@@ -17,13 +18,18 @@ from conftest import make_project, run
 
 NOTHING_TO_DO = "Nothing to be done"
 ALL_STAGES = {"data", "supernet", "sample_archs", "perplexity", "measure", "measure_device",
-              "measurements", "surrogates_perplexity", "surrogates_device", "surrogate_quality"}
+              "measurements", "surrogates_perplexity", "surrogates_device", "surrogate_quality",
+              "search_reference", "search", "search_summary"}
+SEARCH_STAGES = {"search_reference", "search", "search_summary"}
 # The whole workflow, small enough for a test.
 FAST = {"supernet.steps": 3, "supernet.batch_size": 2, "supernet.checkpoint_every": 2,
-        "supernet.device": "cpu", "sample.n_archs": 3, "perplexity.batches": 1,
-        "perplexity.batch_size": 2, "perplexity.device": "cpu", "measure.warmup": 1,
-        "measure.min_repeats": 5, "measure.max_repeats": 20, "measure.max_seconds": 0.2,
-        "measure.energy_window_s": 0.2, "measure.memory": False}
+        "supernet.snapshots": [2], "supernet.device": "cpu",
+        "perplexity.batches": 1, "perplexity.batch_size": 2, "perplexity.device": "cpu",
+        "measure.warmup": 1, "measure.min_repeats": 5, "measure.max_repeats": 20,
+        "measure.max_seconds": 0.2, "measure.energy_window_s": 0.2, "measure.memory": False,
+        "sample.n_archs": 6, "surrogate.families": ["lightgbm"], "surrogate.min_rows": 4,
+        "surrogate.folds": 2, "search.budget": 6, "search.seeds": 1,
+        "search.reference_archs": 500, "search.options.bo": {"initial": 3, "candidates": 20}}
 
 
 def dvc_status(repo: Path) -> dict:
@@ -57,9 +63,16 @@ def pushed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         set_param(repo, path.split("."), value)
     run(["git", "commit", "-qam", "fast params"], repo)
     run(["dvc", "repro"], repo)
-    assert (repo / "results" / "tiny" / "perplexity.parquet").exists()
+    assert (repo / "results" / "tiny" / "supernet" / "supernet-step-2.pt").exists()
+    assert set(pl.read_parquet(repo / "results" / "tiny" / "perplexity.parquet")["train_steps"]
+               ) == {2, 3}
     assert (repo / "results" / "tiny" / "measurements.parquet").exists()
     assert (repo / "results" / "tiny" / "surrogate_quality.json").exists()
+    final = pl.read_parquet(repo / "results" / "tiny" / "search" / "final.parquet")
+    assert sorted(final["algorithm"]) == sorted(yaml.safe_load(
+        (repo / "params.yaml").read_text())["search"]["algorithms"])
+    assert (final["cost"] <= 6 + 1e-9).all()
+    assert json.loads((repo / "results" / "tiny" / "search_metrics.json").read_text())
     assert dvc_status(repo) == {}
     assert snakemake_jobs(repo) == set()
     run(["dvc", "push"], repo)
@@ -89,15 +102,20 @@ def test_pull_into_fresh_clone_is_up_to_date_in_both_tools(pushed: Path, tmp_pat
     # a params change reruns exactly the stages that read it (and Snakemake what they feed)
     set_param(repo, ["surrogate", "seed"], 7)
     assert snakemake_jobs(repo) == {"surrogates_perplexity", "surrogates_device",
-                                    "surrogate_quality"}
+                                    "surrogate_quality"} | SEARCH_STAGES
     assert set(dvc_status(repo)) == {"surrogates@tiny"}
     # a search space that is not run changes nothing
     set_param(repo, ["spaces", "s", "n_layer"], [10, 12])
     assert set(dvc_status(repo)) == {"surrogates@tiny"}
     run(["git", "checkout", "params.yaml"], repo)
     set_param(repo, ["perplexity", "seed"], 7)
-    assert snakemake_jobs(repo) == {"perplexity", "surrogates_perplexity", "surrogate_quality"}
+    assert snakemake_jobs(repo) == {"perplexity", "surrogates_perplexity",
+                                    "surrogate_quality"} | SEARCH_STAGES
     assert set(dvc_status(repo)) == {"perplexity@tiny"}
+    run(["git", "checkout", "params.yaml"], repo)
+    set_param(repo, ["search", "budget"], 7)
+    assert snakemake_jobs(repo) == SEARCH_STAGES
+    assert set(dvc_status(repo)) == {"search@tiny"}
     # upstream: DVC names the stage whose params changed, Snakemake plans all it feeds
     run(["git", "checkout", "params.yaml"], repo)
     set_param(repo, ["data", "seed"], 7)

@@ -6,7 +6,9 @@
     table = bench.query(archs, ["perplexity", "latency_ms"], device=bench.devices[0])
 
 One surrogate call per metric for the whole batch of archs; ``mode="measured"`` returns the
-measured values where an arch was measured and null elsewhere.
+measured values where an arch was measured and null elsewhere. ``fidelity=N`` asks for
+perplexity as if the supernet had been trained for N steps (``bench.fidelities``), the cheap
+low fidelities of multi-fidelity search.
 """
 
 from __future__ import annotations
@@ -47,12 +49,12 @@ class Benchmark:
 
     scale: str
     space: SearchSpace
-    index: pl.DataFrame  # metric, device, condition, family, folder, vocab_size, batch_size, seq_len
+    index: pl.DataFrame  # metric, device, condition, family, train_steps, folder, feature args
     family: str
     measurements: pl.DataFrame | None
     perplexities: pl.DataFrame | None
     _models: dict[str, Surrogate] = field(default_factory=dict, repr=False)
-    _entries: dict[tuple[str, str | None, str | None], dict[str, Any]] = field(
+    _entries: dict[tuple[str, str | None, str | None, int | None], dict[str, Any]] = field(
         default_factory=dict, repr=False)
 
     @classmethod
@@ -65,7 +67,8 @@ class Benchmark:
             meta = json.loads(path.read_text())
             rows.append({"metric": meta["metric"], "device": meta["device"],
                          "condition": meta["condition"], "family": meta["family"],
-                         "folder": str(path.parent), "space_name": meta["space_name"],
+                         "train_steps": meta.get("train_steps"), "folder": str(path.parent),
+                         "space_name": meta["space_name"],
                          "space": json.dumps(meta["space"], sort_keys=True),
                          **meta["feature_args"]})
         if not rows:
@@ -96,6 +99,12 @@ class Benchmark:
         """Metric names with surrogates."""
         return sorted(set(self.index["metric"]))
 
+    @property
+    def fidelities(self) -> list[int]:
+        """Training steps with a perplexity surrogate, ascending; the last is the fully
+        trained supernet, the others its snapshots (the fidelities of multi-fidelity search)."""
+        return sorted(self.index["train_steps"].drop_nulls().unique())
+
     def conditions(self, device: str, metric: str = "latency_ms") -> list[str]:
         """Condition ids (``b{batch}-t{seq}-{dtype}-{launch}``) of a device and metric."""
         rows = self.index.filter((pl.col("device") == device) & (pl.col("metric") == metric))
@@ -105,29 +114,31 @@ class Benchmark:
         """n distinct archs drawn uniformly from the space."""
         return self.space.sample(n, seed)
 
-    def _entry(self, metric: str, device: str | None, condition: str | None) -> dict[str, Any]:
-        key = (metric, device, condition)
+    def _entry(self, metric: str, device: str | None, condition: str | None,
+               fidelity: int | None) -> dict[str, Any]:
+        key = (metric, device, condition, fidelity if metric == PERPLEXITY else None)
         if key not in self._entries:
-            self._entries[key] = self._find_entry(metric, device, condition)
+            self._entries[key] = self._find_entry(*key)
         return self._entries[key]
 
-    def _find_entry(self, metric: str, device: str | None, condition: str | None
-                    ) -> dict[str, Any]:
+    def _find_entry(self, metric: str, device: str | None, condition: str | None,
+                    fidelity: int | None) -> dict[str, Any]:
         _choose("metric", metric, self.metrics)
         if metric == PERPLEXITY:
-            device, condition = ANY, ANY
-        else:
-            if device is None:
-                raise QueryError(f"metric {metric!r} needs a device; available: "
-                                 f"{', '.join(self.devices)}")
-            _choose("device", device, self.devices)
-            conditions = self.conditions(device, metric)
-            if condition is None:
-                if len(conditions) != 1:
-                    raise QueryError(f"device {device!r} has several conditions for {metric!r}; "
-                                     f"choose one of: {', '.join(conditions)}")
-                condition = conditions[0]
-            _choose(f"condition of {metric!r} on {device!r}", condition, conditions)
+            rows = self.index.filter(pl.col("metric") == metric)
+            return rows.filter(pl.col("condition") == ANY if fidelity is None
+                               else pl.col("train_steps") == fidelity).row(0, named=True)
+        if device is None:
+            raise QueryError(f"metric {metric!r} needs a device; available: "
+                             f"{', '.join(self.devices)}")
+        _choose("device", device, self.devices)
+        conditions = self.conditions(device, metric)
+        if condition is None:
+            if len(conditions) != 1:
+                raise QueryError(f"device {device!r} has several conditions for {metric!r}; "
+                                 f"choose one of: {', '.join(conditions)}")
+            condition = conditions[0]
+        _choose(f"condition of {metric!r} on {device!r}", condition, conditions)
         return self.index.filter((pl.col("metric") == metric) & (pl.col("device") == device)
                                  & (pl.col("condition") == condition)).row(0, named=True)
 
@@ -140,7 +151,9 @@ class Benchmark:
         source = self.perplexities if metric == PERPLEXITY else self.measurements
         if source is None:
             return pl.Series(metric, [None] * len(ids), dtype=pl.Float64)
-        if metric != PERPLEXITY:
+        if metric == PERPLEXITY:
+            source = source.filter(pl.col("train_steps") == entry["train_steps"])
+        else:
             matches = {k: v for k, v in zip(CONDITION_KEYS, _condition_values(entry))}
             source = source.filter(pl.col("device") == entry["device"], **matches)
         values = pl.DataFrame({"arch_id": ids}).join(
@@ -149,10 +162,19 @@ class Benchmark:
 
     def query(self, archs: Sequence[Arch | str], metrics: str | Sequence[str],
               device: str | None = None, condition: str | None = None,
-              mode: str = "surrogate", return_interval: bool = False) -> pl.DataFrame:
+              mode: str = "surrogate", return_interval: bool = False,
+              fidelity: int | None = None) -> pl.DataFrame:
         """One row per arch: ``arch_id`` and a column per metric (with ``{metric}_lo`` /
-        ``{metric}_hi`` for the surrogate's interval when ``return_interval``)."""
+        ``{metric}_hi`` for the surrogate's interval when ``return_interval``).
+
+        ``fidelity``: perplexity of the supernet after that many training steps, one of
+        :attr:`fidelities` (None: fully trained). Hardware metrics do not depend on it: they
+        are properties of the arch, whatever its weights.
+        """
         _choose("mode", mode, MODES)
+        if fidelity is not None and fidelity not in self.fidelities:
+            raise QueryError(f"unknown fidelity {fidelity!r}; available (training steps): "
+                             f"{', '.join(map(str, self.fidelities)) or 'none'}")
         metrics = [metrics] if isinstance(metrics, str) else list(metrics)
         archs = [Arch.from_id(a) if isinstance(a, str) else a for a in archs]
         if mode == "measured":  # in surrogate mode the feature encoding validates each arch
@@ -162,7 +184,7 @@ class Benchmark:
         columns: dict[str, Any] = {"arch_id": ids}
         features: dict[tuple[int, int, int], np.ndarray] = {}
         for metric in metrics:
-            entry = self._entry(metric, device, condition)
+            entry = self._entry(metric, device, condition, fidelity)
             if mode == "measured":
                 columns[metric] = self._measured(metric, entry, ids)
                 continue

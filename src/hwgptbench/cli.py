@@ -15,11 +15,12 @@ from pathlib import Path
 
 import polars as pl
 
-from . import (__version__, archs, data, measurements, params, perplexity, surrogates, sync,
-               train)
+from . import (__version__, archs, data, io, measurements, params, perplexity, search,
+               surrogates, sync, train)
 from .api import Benchmark, QueryError
 from .measure import (DTYPES, DeviceMismatchError, auto_label, default_device,
                       dtype_unsupported_reason, fingerprint, open_energy_meter)
+from .search import ALGORITHMS, Problem
 from .space import InvalidArchError, SearchSpace
 
 log = logging.getLogger("hwgptbench")
@@ -87,22 +88,24 @@ def cmd_sample(args: argparse.Namespace) -> None:
 
 
 def cmd_perplexity(args: argparse.Namespace) -> None:
-    """Validation perplexity of the sampled archs with inherited supernet weights."""
+    """Validation perplexity of the sampled archs with inherited supernet weights, for the
+    final supernet and each of its snapshots (the training-step fidelities)."""
     config = _load(args, ["perplexity"])["perplexity"]
     device = train.resolve_device(config["device"])
-    model, space = train.load_supernet(args.supernet, device)
+    supernets = train.supernet_files(args.supernet)
     shards = data.TokenShards.open(args.data)
-    batches = perplexity.validation_batches(shards.split("val"), space.block_size,
-                                            config["batches"], config["batch_size"],
-                                            config["seed"])
-    archs_table = pl.read_parquet(args.archs)
-    scores = perplexity.evaluate(model, archs.read_archs(args.archs), batches, device)
-    table = archs_table.select("arch_id", "kind", "params").join(scores, on="arch_id")
+    scores = perplexity.evaluate_supernets(supernets, archs.read_archs(args.archs),
+                                           shards.split("val"), config, device)
+    table = pl.read_parquet(args.archs).select("arch_id", "kind", "params").join(
+        scores, on="arch_id", maintain_order="right")
     archs.write_table(table.drop("kind"), args.out)
-    ends = dict(zip(table["kind"], table["perplexity"]))
-    log.info("perplexity: smallest %.2f, largest %.2f; Spearman(params, perplexity) = %.3f "
-             "over %d archs", ends["smallest"], ends["largest"],
-             table.select(pl.corr("params", "perplexity", method="spearman")).item(), len(table))
+    final = table.filter(pl.col("train_steps") == max(supernets))
+    ends = dict(zip(final["kind"], final["perplexity"]))
+    log.info("perplexity after %d steps: smallest %.2f, largest %.2f; "
+             "Spearman(params, perplexity) = %.3f over %d archs; snapshots at steps %s",
+             max(supernets), ends["smallest"], ends["largest"],
+             final.select(pl.corr("params", "perplexity", method="spearman")).item(),
+             final.height, list(supernets)[:-1] or "none")
 
 
 def cmd_measure(args: argparse.Namespace) -> None:
@@ -183,7 +186,8 @@ def cmd_query(args: argparse.Namespace) -> None:
     if not ids:
         raise QueryError("give archs with --arch ID (repeatable) or --archs-file FILE")
     table = bench.query(ids, args.metric, device=args.device, condition=args.condition,
-                        mode=args.mode, return_interval=args.interval)
+                        mode=args.mode, return_interval=args.interval,
+                        fidelity=args.fidelity)
     if args.out:
         out = Path(args.out)
         if out.suffix == ".csv":
@@ -194,6 +198,60 @@ def cmd_query(args: argparse.Namespace) -> None:
     else:
         with pl.Config(tbl_rows=len(table), fmt_str_lengths=60, tbl_width_chars=160):
             print(table)
+
+
+def _search_problem(args: argparse.Namespace) -> tuple[dict, Problem]:
+    """The search section and the problem of --objectives on --device."""
+    config = _load(args, ["search"])["search"]
+    if args.objectives not in config["objective_sets"]:
+        raise params.ParamsError(f"--objectives {args.objectives!r} is not a key of "
+                                 f"search.objective_sets ({', '.join(config['objective_sets'])})")
+    bench = Benchmark.load(args.scale, args.results)
+    return config, search.make_problem(bench, config["objective_sets"][args.objectives],
+                                       args.device, config["condition"])
+
+
+def cmd_search_reference(args: argparse.Namespace) -> None:
+    """Scaling, reference point and reference Pareto front of one objective set on a device."""
+    config, problem = _search_problem(args)
+    reference, front = search.compute_reference(problem, config["reference_archs"],
+                                                config["reference_seed"])
+    search.save_reference(reference, front, args.out)
+    log.info("wrote %s: %d front archs, hypervolume %.4f", args.out, front.height,
+             reference.hypervolume)
+
+
+def cmd_search(args: argparse.Namespace) -> None:
+    """Run one search algorithm for every seed against the surrogate benchmark."""
+    import torch
+
+    from .search.algorithms import options_of
+
+    config, problem = _search_problem(args)
+    torch.set_num_threads(args.threads)
+    search.run_seeds(problem, search.load_reference(args.reference), args.algorithm,
+                     config["budget"], range(config["seeds"]),
+                     options_of(args.algorithm, config["options"]), args.out,
+                     {"objectives": args.objectives, "device": args.device})
+    log.info("wrote %s: %d runs of %s", args.out, config["seeds"], args.algorithm)
+
+
+def cmd_search_summary(args: argparse.Namespace) -> None:
+    """Final hypervolume per run, per-algorithm summary, attainment surfaces, DVC metrics."""
+    from .search import summary
+
+    config = _load(args, ["search"])["search"]
+    runs = summary.read_runs(args.inputs)
+    final = summary.final_runs(runs)
+    table = summary.summarize(final)
+    out = Path(args.out_dir)
+    archs.write_table(final, out / "final.parquet")
+    archs.write_table(table, out / "summary.parquet")
+    archs.write_table(summary.attainment(runs, config["objective_sets"]),
+                      out / "attainment.parquet")
+    io.atomic_write_json(args.metrics_out, summary.metrics_document(table))
+    with pl.Config(tbl_rows=100, tbl_width_chars=160):
+        print(table)
 
 
 def cmd_pull(args: argparse.Namespace) -> None:
@@ -231,7 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--out", help="archs table (default: results/{scale}/archs.parquet)")
     command = add("perplexity", cmd_perplexity)
     _scale_and_data(command)
-    command.add_argument("--supernet", required=True, help="supernet.pt of the train stage")
+    command.add_argument("--supernet", required=True,
+                         help="supernet.pt of the train stage (its snapshots beside it are "
+                              "scored too)")
     command.add_argument("--archs", required=True, help="archs table of the sample stage")
     command.add_argument("--out", required=True, help="perplexity table (parquet)")
     command = add("measure", cmd_measure)
@@ -275,8 +335,26 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--archs-file", help="file of arch ids, one per line")
     command.add_argument("--mode", choices=["surrogate", "measured"], default="surrogate")
     command.add_argument("--interval", action="store_true", help="add the surrogate's interval")
+    command.add_argument("--fidelity", type=int, help="perplexity of the supernet after this "
+                                                      "many training steps (default: fully "
+                                                      "trained)")
     command.add_argument("--family", default="lightgbm", help="surrogate family")
     command.add_argument("--out", help="write .parquet or .csv instead of printing")
+    for name, func in (("search-reference", cmd_search_reference), ("search", cmd_search)):
+        command = add(name, func)
+        command.add_argument("--scale", default="tiny", help="search space (default: %(default)s)")
+        command.add_argument("--results", default="results", help="results folder with the "
+                                                                  "surrogates (default: %(default)s)")
+        command.add_argument("--objectives", required=True, help="key of search.objective_sets")
+        command.add_argument("--device", required=True, help="device label of the hardware metrics")
+        command.add_argument("--out", required=True, help="output folder")
+    command.add_argument("--algorithm", required=True, choices=sorted(ALGORITHMS))
+    command.add_argument("--reference", required=True, help="folder of search-reference")
+    command.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
+    command = add("search-summary", cmd_search_summary)
+    command.add_argument("--out-dir", required=True, help="folder of the summary tables")
+    command.add_argument("--metrics-out", required=True, help="DVC metrics file (JSON)")
+    command.add_argument("inputs", nargs="+", help="algorithm folders of search runs")
     command = sub.add_parser("pull", help=cmd_pull.__doc__, description=cmd_pull.__doc__)
     command.set_defaults(func=cmd_pull)
     command.add_argument("targets", nargs="*", help="stages to pull (default: all)")

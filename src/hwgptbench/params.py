@@ -7,6 +7,7 @@ runs alone, so a bad value is rejected the same way everywhere, before anything 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -83,11 +84,42 @@ def validate(doc: Any, sections: list[str] | None = None, source: str = "params"
         full = {**full, "required": list(sections)}
     validator = jsonschema.Draft202012Validator(full)
     errors = sorted(validator.iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path])
-    if errors:
-        lines = "\n".join(f"  - {_describe(e)}" for e in errors)
+    problems = [_describe(e) for e in errors] or _cross_field_problems(doc)
+    if problems:
+        lines = "\n".join(f"  - {problem}" for problem in problems)
         raise ParamsError(f"invalid {source}:\n{lines}\nFix these fields and run again; "
                           "nothing was written.")
     return doc
+
+
+def snapshot_problems(snapshots: Sequence[int], steps: int) -> list[str]:
+    """Why ``supernet.snapshots`` does not fit ``supernet.steps`` (empty when it does)."""
+    problems = []
+    late = [s for s in snapshots if s >= steps]
+    if late:
+        problems.append(f"supernet.snapshots: {list(snapshots)!r} is not allowed; every snapshot "
+                        f"must be < supernet.steps ({steps}): drop {late} or raise "
+                        "supernet.steps")
+    if any(a >= b for a, b in zip(snapshots, snapshots[1:])):
+        problems.append(f"supernet.snapshots: {list(snapshots)!r} is not allowed; list distinct "
+                        f"steps in increasing order, e.g. {sorted(set(snapshots))}")
+    return problems
+
+
+def search_problems(search: dict[str, Any]) -> list[str]:
+    """Why ``search.objectives`` names sets that ``search.objective_sets`` lacks."""
+    unknown = [name for name in search["objectives"] if name not in search["objective_sets"]]
+    if not unknown:
+        return []
+    return [f"search.objectives: {unknown} are not keys of search.objective_sets "
+            f"({', '.join(search['objective_sets'])}); define them there or remove them"]
+
+
+def _cross_field_problems(doc: dict[str, Any]) -> list[str]:
+    """Constraints between fields that the schema cannot express, one line each."""
+    supernet, search = doc.get("supernet"), doc.get("search")
+    return ((snapshot_problems(supernet["snapshots"], supernet["steps"]) if supernet else [])
+            + (search_problems(search) if search else []))
 
 
 def load(path: str | os.PathLike[str], sections: list[str] | None = None) -> dict[str, Any]:

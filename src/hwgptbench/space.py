@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from numbers import Integral, Real
@@ -249,6 +249,10 @@ class SearchSpace:
             heads.append(self.n_head[h])
             ratios.append(self.mlp_ratio[r])
         return Arch(self.embed_dim[e], n_layer, tuple(heads), tuple(ratios), self.bias[b])
+
+    def all_archs(self) -> Iterator[Arch]:
+        """Every arch of the space, in a fixed order (check :meth:`size` first)."""
+        return map(self._decode, range(self.size()))
 
     def sample(self, n: int, seed: int) -> list[Arch]:
         """n distinct archs, uniform without replacement; a prefix of any longer draw."""

@@ -2,9 +2,11 @@
 condition), and perplexity's (device-independent), for every configured family.
 
 Layout under ``results/{scale}/surrogates/``:
-``perplexity/{family}/`` and ``devices/{device}/{metric}/{condition}/{family}/`` (model files +
-metadata.json), ``devices/{device}/quality.parquet`` and ``perplexity/quality.parquet`` (k-fold
-quality), merged into ``quality.parquet`` and ``quality.json`` (DVC metrics).
+``perplexity/{family}/`` (the fully trained supernet), ``perplexity/steps-{N}/{family}/`` (its
+snapshot after N training steps, a lower fidelity) and
+``devices/{device}/{metric}/{condition}/{family}/`` (model files + metadata.json),
+``devices/{device}/quality.parquet`` and ``perplexity/quality.parquet`` (k-fold quality),
+merged into ``quality.parquet`` and ``quality.json`` (DVC metrics).
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ QUALITY_SCHEMA = {
     "mae": pl.Float64, "kendall_tau": pl.Float64, "spearman_rho": pl.Float64,
     "coverage": pl.Float64, "nominal_coverage": pl.Float64,
 }
+
+
+def fidelity_condition(train_steps: int) -> str:
+    """Condition of the perplexity surrogate of a lower fidelity, e.g. ``steps-100``."""
+    return f"steps-{train_steps}"
 
 
 def condition_id(batch_size: int, seq_len: int, dtype: str, launch: str) -> str:
@@ -104,11 +111,21 @@ def _metadata(space: SearchSpace, metric: str, device: str, condition: str,
 
 def fit_perplexity(section: dict[str, Any], space: SearchSpace, vocab_size: int,
                    table: pl.DataFrame, out_dir: str | os.PathLike[str]) -> pl.DataFrame:
-    """Surrogates of perplexity from the perplexity table; written to ``out_dir``."""
-    X = feature_matrix(space, read_archs_from(table), vocab_size, 1, space.block_size)
-    metadata = _metadata(space, "perplexity", ANY, ANY, {}, vocab_size, 1, space.block_size)
+    """Surrogates of perplexity from the perplexity table, one per training-step fidelity;
+    written to ``out_dir``: the largest ``train_steps`` (the fully trained supernet) with
+    condition ``any`` in ``{family}/``, each lower one in ``steps-{N}/{family}/``."""
+    fidelities = sorted(table["train_steps"].unique(), reverse=True)
+    rows: list[dict[str, Any]] = []
     with atomic_dir(out_dir) as staging:
-        rows = _fit_families(section, X, table["perplexity"].to_numpy(), staging, metadata)
+        for steps in fidelities:
+            final = steps == fidelities[0]
+            group = table.filter(pl.col("train_steps") == steps)
+            condition = ANY if final else fidelity_condition(steps)
+            X = feature_matrix(space, read_archs_from(group), vocab_size, 1, space.block_size)
+            metadata = {**_metadata(space, "perplexity", ANY, condition, {}, vocab_size, 1,
+                                    space.block_size), "train_steps": steps}
+            folder = staging if final else staging / condition
+            rows += _fit_families(section, X, group["perplexity"].to_numpy(), folder, metadata)
         quality = pl.DataFrame(rows, schema=QUALITY_SCHEMA)
         write_table(quality, staging / "quality.parquet")
     return quality

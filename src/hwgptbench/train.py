@@ -6,6 +6,10 @@ largest one on the same batch, accumulating their gradients, then takes one Adam
 step ``s`` are drawn from generators seeded by ``(seed, s)``, so the run is a pure function of
 the params and a resumed run continues exactly where a straight one would be.
 
+At each step of ``snapshots`` the supernet is also saved as it is then
+(``supernet-step-{N}.pt``, the format of ``supernet.pt``): the training-step fidelities at
+which perplexity is evaluated for multi-fidelity search.
+
 Multi-GPU: launch with ``torchrun``; each rank draws its own windows (seeded by its rank),
 all ranks train the same sub-networks, gradients of all but the last (largest) sub-network are
 accumulated under ``no_sync()``, and only rank 0 writes files.
@@ -18,6 +22,7 @@ import hashlib
 import logging
 import math
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -30,12 +35,14 @@ from tqdm import tqdm
 from .data import TokenShards
 from .io import atomic_path, canonical_json
 from .model import SuperGPT
+from .params import ParamsError, snapshot_problems
 from .space import Arch, SearchSpace
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "checkpoint.pt"
 SUPERNET = "supernet.pt"
+SNAPSHOT = re.compile(r"supernet-step-(\d+)\.pt")
 LOSS_TABLE = "loss.parquet"
 FORMAT = "hwgptbench-supernet/1"
 
@@ -56,10 +63,23 @@ class TrainConfig:
     checkpoint_every: int
     device: str
     seed: int
+    snapshots: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        problems = snapshot_problems(self.snapshots, self.steps)
+        if problems:
+            raise ParamsError("invalid supernet params:\n"
+                              + "\n".join(f"  - {problem}" for problem in problems))
 
     @classmethod
     def from_params(cls, section: dict[str, Any]) -> TrainConfig:
-        return cls(**{**section, "betas": tuple(section["betas"])})
+        return cls(**{**section, "betas": tuple(section["betas"]),
+                      "snapshots": tuple(section["snapshots"])})
+
+
+def snapshot_name(step: int) -> str:
+    """File name of the supernet snapshot taken after ``step`` training steps."""
+    return f"supernet-step-{step}.pt"
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
@@ -170,13 +190,41 @@ def save_torch(obj: Any, path: Path) -> None:
         torch.save(obj, tmp)
 
 
+def supernet_state(model: SuperGPT, space: SearchSpace, cfg: TrainConfig, steps: int,
+                   fingerprint: str) -> dict[str, Any]:
+    """What ``supernet.pt`` and each snapshot hold: the weights after ``steps`` steps, the
+    space, vocabulary size, training params and the run's fingerprint."""
+    return {"format": FORMAT, "space_name": space.name, "space": space.to_dict(),
+            "vocab_size": model.vocab_size, "train": asdict(cfg), "steps": steps,
+            "fingerprint": fingerprint, "model": model.state_dict()}
+
+
+def publish_snapshots(cfg: TrainConfig, fingerprint: str, work_dir: Path, out_dir: Path
+                      ) -> None:
+    """Copy this run's snapshots from ``work_dir`` to ``out_dir``; drop others from ``out_dir``."""
+    for step in cfg.snapshots:
+        source = work_dir / snapshot_name(step)
+        state = (torch.load(source, map_location="cpu", weights_only=False)
+                 if source.exists() else None)
+        if state is None or state["fingerprint"] != fingerprint:
+            raise RuntimeError(f"the snapshot of step {step} ({source}) is missing or from "
+                               f"another run; delete {work_dir / CHECKPOINT} to train anew")
+        save_torch(state, out_dir / snapshot_name(step))
+    for path in out_dir.glob("supernet-step-*.pt"):
+        match = SNAPSHOT.fullmatch(path.name)
+        if match and int(match[1]) not in cfg.snapshots:
+            path.unlink()
+
+
 def train(cfg: TrainConfig, space: SearchSpace, shards: TokenShards, out_dir: str | Path,
           work_dir: str | Path, stop_after: int | None = None) -> Path | None:
-    """Train (or resume) the supernet; write ``out_dir/supernet.pt`` and the loss table.
+    """Train (or resume) the supernet; write ``out_dir/supernet.pt``, its snapshots and the loss
+    table.
 
-    Resumable checkpoints go to ``work_dir`` (kept out of the declared outputs, so a workflow
-    engine that deletes incomplete outputs does not delete them). ``stop_after`` ends the call
-    after that many steps (as if killed right after a checkpoint); returns None then.
+    Resumable checkpoints and snapshots go to ``work_dir`` (kept out of the declared outputs,
+    so a workflow engine that deletes incomplete outputs does not delete them). ``stop_after``
+    ends the call after that many steps (as if killed right after a checkpoint); returns None
+    then.
     """
     dist = Distributed.from_env()
     if dist.world_size > 1 and not torch.distributed.is_initialized():
@@ -237,6 +285,10 @@ def train(cfg: TrainConfig, space: SearchSpace, shards: TokenShards, out_dir: st
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         done = step + 1
+        if dist.is_main and done in cfg.snapshots:  # before the checkpoint that passes it
+            model.reset_arch()
+            save_torch(supernet_state(model, space, cfg, done, fingerprint),
+                       work_dir / snapshot_name(done))
         if dist.is_main and (done % cfg.checkpoint_every == 0 or done == cfg.steps):
             model.reset_arch()
             save_torch({"fingerprint": fingerprint, "step": done, "model": model.state_dict(),
@@ -246,10 +298,8 @@ def train(cfg: TrainConfig, space: SearchSpace, shards: TokenShards, out_dir: st
     if end < cfg.steps:
         return None
     if dist.is_main:
-        save_torch({"format": FORMAT, "space_name": space.name, "space": space.to_dict(),
-                    "vocab_size": vocab_size, "train": asdict(cfg), "steps": cfg.steps,
-                    "fingerprint": fingerprint, "model": model.state_dict()},
-                   out_dir / SUPERNET)
+        publish_snapshots(cfg, fingerprint, work_dir, out_dir)
+        save_torch(supernet_state(model, space, cfg, cfg.steps, fingerprint), out_dir / SUPERNET)
         with atomic_path(out_dir / LOSS_TABLE) as tmp:
             pl.DataFrame(history).write_parquet(tmp)
     if dist.world_size > 1:
@@ -259,7 +309,7 @@ def train(cfg: TrainConfig, space: SearchSpace, shards: TokenShards, out_dir: st
 
 def load_supernet(path: str | Path, device: str | torch.device = "cpu"
                   ) -> tuple[SuperGPT, SearchSpace]:
-    """A trained supernet and its search space, from ``supernet.pt``."""
+    """A trained supernet and its search space, from ``supernet.pt`` or a snapshot."""
     state = torch.load(path, map_location=device, weights_only=False)
     if state.get("format") != FORMAT:
         raise ValueError(f"{path} is not a supernet file of format {FORMAT}")
@@ -269,3 +319,16 @@ def load_supernet(path: str | Path, device: str | torch.device = "cpu"
     model.eval()
     return model, space
 
+
+def supernet_files(path: str | Path) -> dict[int, Path]:
+    """The supernet file at ``path`` and the snapshots beside it, keyed by training steps."""
+    path = Path(path)
+    paths = [path, *sorted(p for p in path.parent.iterdir() if SNAPSHOT.fullmatch(p.name))]
+    files: dict[int, Path] = {}
+    for file in paths:
+        steps = torch.load(file, map_location="cpu", weights_only=False, mmap=True)["steps"]
+        if steps in files:
+            raise ValueError(f"{files[steps]} and {file} both hold the supernet after {steps} "
+                             "steps")
+        files[steps] = file
+    return dict(sorted(files.items()))

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from hwgptbench.measure import auto_label, default_device, fingerprint
+from hwgptbench.search import ALGORITHMS
 
 RESULTS = "results"
 PARAMS = hwparams.write_sections(config, f"{RESULTS}/.params")
@@ -26,6 +27,8 @@ wildcard_constraints:
     scale="|".join(SCALES),
     device="[a-z0-9][a-z0-9-]*",
     shard=r"\d+",
+    objectives="|".join(config["search"]["objective_sets"]),
+    algorithm="|".join(ALGORITHMS),
 
 
 def device_tables(scale):

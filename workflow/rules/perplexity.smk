@@ -4,6 +4,7 @@ rule perplexity:
         params=PARAMS["perplexity"],
         data=DATA_DIR,
         supernet=rules.supernet.output.model,
+        snapshots=rules.supernet.output.snapshots,  # found by the command beside supernet.pt
         archs=rules.sample_archs.output[0],
     output:
         f"{RESULTS}/{{scale}}/perplexity.parquet",

@@ -7,6 +7,9 @@ rule supernet:
     output:
         model=f"{RESULTS}/{{scale}}/supernet/supernet.pt",
         loss=f"{RESULTS}/{{scale}}/supernet/loss.parquet",
+        # the supernet after each of supernet.snapshots steps: the fidelities of perplexity
+        snapshots=expand(f"{RESULTS}/{{scale}}/supernet/supernet-step-{{step}}.pt",
+                         step=config["supernet"]["snapshots"], allow_missing=True),
     params:
         files=params_flags,
     threads: workflow.cores  # torch uses every core

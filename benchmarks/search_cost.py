@@ -1,0 +1,104 @@
+"""Wall time of the search algorithms against the surrogate benchmark, and the per-suggestion
+overhead of the BO methods at ~100 observations.
+
+    python benchmarks/search_cost.py --scale tiny --results results --seeds 10 --budget 100
+
+Uses the surrogates under results/{scale}/surrogates (run `make run` first) and the objective
+set, condition and algorithm options of params.yaml's `search` section. Per algorithm it
+prints the total time of all seeds (reference, problem table and imports excluded: they are
+built once before timing) and, for every algorithm, the mean time between its last 10
+evaluations, which is the time to make one suggestion once ~budget observations are known.
+Writes the numbers to --out as JSON too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from hwgptbench import Benchmark, params
+from hwgptbench.search import compute_reference, make_problem
+from hwgptbench.search.algorithms import get_algorithm, options_of
+from hwgptbench.search.evaluator import BudgetExhausted, Evaluator
+from hwgptbench.search.genome import Genome
+from hwgptbench.search.runner import seeded
+
+
+@dataclass
+class TimedEvaluator(Evaluator):
+    """An Evaluator that notes the time of every call."""
+
+    times: list[float] = field(default_factory=list)
+
+    def __call__(self, archs, fidelity=None):
+        self.times.append(time.perf_counter())
+        return super().__call__(archs, fidelity)
+
+
+def time_algorithm(problem, reference, name: str, budget: int, seeds: int,
+                   options: dict) -> tuple[float, float]:
+    """(total seconds of all seeds, mean seconds per suggestion over the last 10 calls)."""
+    search = get_algorithm(name)
+    total, last = 0.0, []
+    for seed in range(seeds):
+        evaluate = TimedEvaluator(problem, reference, float(budget))
+        start = time.perf_counter()
+        with seeded(seed):
+            try:
+                search(evaluate, Genome(problem.space), seed, dict(options))
+            except BudgetExhausted:
+                pass
+        total += time.perf_counter() - start
+        gaps = [b - a for a, b in zip(evaluate.times, evaluate.times[1:])]
+        last += gaps[-10:]
+    return total, sum(last) / len(last)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", default="tiny")
+    parser.add_argument("--results", default="results")
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--objectives", default="ppl-latency")
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--bo-seeds", type=int, default=1, help="seeds of each BO method")
+    parser.add_argument("--budget", type=int, default=100)
+    parser.add_argument("--algorithms", nargs="*", default=None)
+    parser.add_argument("--out", default=None, help="also write the numbers here (JSON)")
+    args = parser.parse_args()
+    section = params.load(args.params)["search"]
+    bench = Benchmark.load(args.scale, args.results)
+    device = bench.devices[0]
+    problem = make_problem(bench, section["objective_sets"][args.objectives], device,
+                           section["condition"])
+    reference = compute_reference(problem, section["reference_archs"],
+                                  section["reference_seed"])[0]
+    for fidelity in problem.fidelities:  # build the lookup tables before timing
+        problem.values(bench.sample(1, 0), fidelity)
+    names = args.algorithms or section["algorithms"]
+    print(f"{args.objectives} on {device}, budget {args.budget}, "
+          f"{torch.get_num_threads()} torch threads")
+    results = {}
+    for name in names:
+        seeds = args.bo_seeds if name in ("rsbo", "lsbo", "ehvi") else args.seeds
+        total, per_suggestion = time_algorithm(problem, reference, name, args.budget, seeds,
+                                               options_of(name, section["options"]))
+        results[name] = {"seeds": seeds, "total_s": round(total, 3),
+                         "s_per_suggestion_at_end": round(per_suggestion, 4)}
+        print(f"{name:7s} {seeds:3d} seeds x {args.budget} evaluations: {total:8.2f} s total, "
+              f"{per_suggestion * 1e3:9.2f} ms per suggestion at the end")
+    fast = [n for n in ("rs", "ls", "nsga2", "morea", "moasha") if n in results]
+    together = sum(results[n]["total_s"] for n in fast)
+    print(f"{'+'.join(fast)} together: {together:.2f} s")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"device": device, "budget": args.budget, "algorithms": results,
+                       "fast_together_s": together}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

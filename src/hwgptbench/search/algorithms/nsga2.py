@@ -1,0 +1,44 @@
+"""NSGA-II from pymoo, over the integer genes of the space, through pymoo's ask/tell loop.
+
+Discrete variables use pymoo's integer recipe: integer random sampling, and simulated binary
+crossover and polynomial mutation followed by rounding; duplicate gene vectors are removed
+from each offspring population.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pymoo.algorithms.moo.nsga2 import NSGA2
+from pymoo.core.evaluator import Evaluator as PymooEvaluator
+from pymoo.core.problem import Problem
+from pymoo.core.termination import NoTermination
+from pymoo.operators.crossover.sbx import SBX
+from pymoo.operators.mutation.pm import PM
+from pymoo.operators.repair.rounding import RoundingRepair
+from pymoo.operators.sampling.rnd import IntegerRandomSampling
+from pymoo.problems.static import StaticProblem
+
+from ..evaluator import Evaluator
+from ..genome import Genome
+
+
+def nsga2(evaluate: Evaluator, genome: Genome, seed: int, options: dict[str, Any]) -> None:
+    """Generations of NSGA-II until the budget ends the run."""
+    problem = Problem(n_var=genome.size, n_obj=evaluate.n_objectives, xl=0,
+                      xu=genome.cardinalities - 1, vtype=int)
+    eta = options.get("eta", 3.0)
+    algorithm = NSGA2(pop_size=options.get("population_size", 20),
+                      sampling=IntegerRandomSampling(),
+                      crossover=SBX(prob=options.get("crossover_prob", 0.9), eta=eta,
+                                    vtype=float, repair=RoundingRepair()),
+                      mutation=PM(eta=eta, vtype=float, repair=RoundingRepair()),
+                      eliminate_duplicates=True)
+    algorithm.setup(problem, termination=NoTermination(), seed=seed, verbose=False)
+    while True:
+        population = algorithm.ask()
+        genes = np.rint(population.get("X")).astype(np.int64)
+        values = evaluate([genome.decode(g) for g in genes])
+        PymooEvaluator().eval(StaticProblem(problem, F=values), population)
+        algorithm.tell(infills=population)

@@ -1,0 +1,68 @@
+SEARCH = config["search"]
+SEARCH_DEVICES = [LOCAL_DEVICE if d == "auto" else d for d in SEARCH["devices"]]
+
+
+def search_inputs(wildcards):
+    """Params and the surrogates a search of (scale, device) reads."""
+    return {
+        "params": [PARAMS["search"], PARAMS[f"spaces.{wildcards.scale}"]],
+        "perplexity": rules.surrogates_perplexity.output[0].format(scale=wildcards.scale),
+        "device": rules.surrogates_device.output[0].format(scale=wildcards.scale,
+                                                           device=wildcards.device),
+    }
+
+
+rule search_reference:
+    """Scaling, reference point and reference Pareto front of an objective set on a device."""
+    input:
+        unpack(search_inputs),
+    output:
+        directory(f"{RESULTS}/{{scale}}/search/{{objectives}}/{{device}}/reference"),
+    params:
+        files=params_flags,
+    log:
+        f"{RESULTS}/logs/{{scale}}/search-{{objectives}}-{{device}}-reference.log",
+    shell:
+        "hwgptbench search-reference --scale {wildcards.scale} {params.files}"
+        " --results {RESULTS} --objectives {wildcards.objectives} --device {wildcards.device}"
+        " --out {output} 2>&1 | tee {log}"
+
+
+rule search:
+    """All seeds of one algorithm on an objective set and device (one job: a small DAG)."""
+    input:
+        unpack(search_inputs),
+        reference=rules.search_reference.output[0],
+    output:
+        directory(f"{RESULTS}/{{scale}}/search/{{objectives}}/{{device}}/{{algorithm}}"),
+    params:
+        files=params_flags,
+    threads: 1
+    log:
+        f"{RESULTS}/logs/{{scale}}/search-{{objectives}}-{{device}}-{{algorithm}}.log",
+    shell:
+        "hwgptbench search --scale {wildcards.scale} {params.files} --results {RESULTS}"
+        " --objectives {wildcards.objectives} --device {wildcards.device}"
+        " --algorithm {wildcards.algorithm} --reference {input.reference}"
+        " --threads {threads} --out {output} 2>&1 | tee {log}"
+
+
+rule search_summary:
+    """Final hypervolumes, per-algorithm summary and attainment surfaces of a scale."""
+    input:
+        params=PARAMS["search"],
+        runs=lambda wc: expand(rules.search.output[0], scale=wc.scale,
+                               objectives=SEARCH["objectives"], device=SEARCH_DEVICES,
+                               algorithm=SEARCH["algorithms"]),
+    output:
+        final=f"{RESULTS}/{{scale}}/search/final.parquet",
+        summary=f"{RESULTS}/{{scale}}/search/summary.parquet",
+        attainment=f"{RESULTS}/{{scale}}/search/attainment.parquet",
+        metrics=f"{RESULTS}/{{scale}}/search_metrics.json",
+    params:
+        files=params_flags,
+    log:
+        f"{RESULTS}/logs/{{scale}}/search_summary.log",
+    shell:
+        "hwgptbench search-summary {params.files} --out-dir $(dirname {output.summary})"
+        " --metrics-out {output.metrics} {input.runs} 2>&1 | tee {log}"
