@@ -6,9 +6,9 @@ overhead of the BO methods at ~100 observations.
 Uses the surrogates under results/{scale}/surrogates (run `make run` first) and the objective
 set, condition and algorithm options of params.yaml's `search` section. Per algorithm it
 prints the total time of all seeds (reference, problem table and imports excluded: they are
-built once before timing) and, for every algorithm, the mean time between its last 10
-evaluations, which is the time to make one suggestion once ~budget observations are known.
-Writes the numbers to --out as JSON too.
+built once before timing), the mean time between its last 10 evaluations (the time to make
+one suggestion once ~budget observations are known), and the mean final hypervolume over the
+seeds (and at half the budget). Writes the numbers to --out as JSON too.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import json
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+import polars as pl
 import torch
 
 from hwgptbench import Benchmark, params
@@ -25,7 +27,7 @@ from hwgptbench.search import compute_reference, make_problem
 from hwgptbench.search.algorithms import get_algorithm, options_of
 from hwgptbench.search.evaluator import BudgetExhausted, Evaluator
 from hwgptbench.search.genome import Genome
-from hwgptbench.search.runner import seeded
+from hwgptbench.search.runner import seeded, trajectory
 
 
 @dataclass
@@ -40,10 +42,11 @@ class TimedEvaluator(Evaluator):
 
 
 def time_algorithm(problem, reference, name: str, budget: int, seeds: int,
-                   options: dict) -> tuple[float, float]:
-    """(total seconds of all seeds, mean seconds per suggestion over the last 10 calls)."""
+                   options: dict) -> tuple[float, float, list[float], list[float]]:
+    """(total seconds of all seeds, mean seconds per suggestion over the last 10 calls,
+    final hypervolume of each seed, hypervolume at half the budget of each seed)."""
     search = get_algorithm(name)
-    total, last = 0.0, []
+    total, last, final, half = 0.0, [], [], []
     for seed in range(seeds):
         evaluate = TimedEvaluator(problem, reference, float(budget))
         start = time.perf_counter()
@@ -55,7 +58,10 @@ def time_algorithm(problem, reference, name: str, budget: int, seeds: int,
         total += time.perf_counter() - start
         gaps = [b - a for a, b in zip(evaluate.times, evaluate.times[1:])]
         last += gaps[-10:]
-    return total, sum(last) / len(last)
+        table = trajectory(evaluate, name, seed)
+        final.append(table["hypervolume"][-1])
+        half.append(table.filter(pl.col("cumulative_cost") <= budget / 2)["hypervolume"][-1])
+    return total, sum(last) / len(last), final, half
 
 
 def main() -> None:
@@ -85,19 +91,25 @@ def main() -> None:
     results = {}
     for name in names:
         seeds = args.bo_seeds if name in ("rsbo", "lsbo", "ehvi") else args.seeds
-        total, per_suggestion = time_algorithm(problem, reference, name, args.budget, seeds,
-                                               options_of(name, section["options"]))
+        total, per_suggestion, final, half = time_algorithm(
+            problem, reference, name, args.budget, seeds, options_of(name, section["options"]))
         results[name] = {"seeds": seeds, "total_s": round(total, 3),
-                         "s_per_suggestion_at_end": round(per_suggestion, 4)}
+                         "s_per_suggestion_at_end": round(per_suggestion, 4),
+                         "hv_final_mean": float(np.mean(final)), "hv_final_std": float(np.std(final)),
+                         "hv_half_budget_mean": float(np.mean(half))}
         print(f"{name:7s} {seeds:3d} seeds x {args.budget} evaluations: {total:8.2f} s total, "
-              f"{per_suggestion * 1e3:9.2f} ms per suggestion at the end")
+              f"{per_suggestion * 1e3:9.2f} ms per suggestion at the end; hypervolume "
+              f"{np.mean(half):.4f} at {args.budget // 2}, {np.mean(final):.4f} ± "
+              f"{np.std(final):.4f} at {args.budget}")
     fast = [n for n in ("rs", "ls", "nsga2", "morea", "moasha") if n in results]
     together = sum(results[n]["total_s"] for n in fast)
-    print(f"{'+'.join(fast)} together: {together:.2f} s")
+    print(f"{'+'.join(fast)} together: {together:.2f} s; reference front hypervolume "
+          f"{reference.hypervolume:.4f}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"device": device, "budget": args.budget, "algorithms": results,
-                       "fast_together_s": together}, f, indent=2)
+                       "fast_together_s": together,
+                       "reference_hypervolume": reference.hypervolume}, f, indent=2)
 
 
 if __name__ == "__main__":

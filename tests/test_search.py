@@ -183,3 +183,17 @@ def test_summary_ranks_and_attainment(problem: AnalyticProblem, reference) -> No
     assert set(surfaces["algorithm"]) == {"rs", "nsga2"}
     median = surfaces.filter((pl.col("algorithm") == "rs") & (pl.col("percentile") == 50))
     assert median.height >= 1 and median["x"].is_sorted()
+
+
+def test_params_name_unknown_objective_sets() -> None:
+    from conftest import REPO_ROOT
+    from hwgptbench import params
+
+    doc = params.load(REPO_ROOT / "params.yaml")
+    doc["search"]["objectives"] = ["ppl-latency", "ppl-flops"]
+    with pytest.raises(params.ParamsError, match=r"search.objectives: \['ppl-flops'\]"):
+        params.validate(doc)
+    doc["search"]["objectives"] = ["ppl-latency"]
+    doc["search"]["objective_sets"]["bad"] = ["perplexity"]
+    with pytest.raises(params.ParamsError, match="search.objective_sets.bad"):
+        params.validate(doc)

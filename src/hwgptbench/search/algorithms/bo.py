@@ -17,11 +17,17 @@ Three algorithms share one loop and differ only in the acquisition function:
   is scalarized exactly by a :class:`~botorch.acquisition.objective.ScalarizedPosteriorTransform`
   (mean ``w . mu``, variance ``w' Sigma w``, Gaussian since a linear map of a Gaussian);
   ``best_f`` is the best observed weighted sum (the objectives are deterministic).
-* ``ehvi`` -- :class:`~botorch.acquisition.multi_objective.logei.qLogExpectedHypervolumeImprovement`
-  over a :class:`~botorch.utils.multi_objective.box_decompositions.non_dominated.FastNondominatedPartitioning`
-  of the observed (negated) objectives; the objectives being deterministic, the noisy variant
-  is not needed. Reference point ``-ref_point`` (default ``ref_point`` 1.1: slightly worse than
-  the nadir 1 of the scaled objectives, so front extremes still count).
+* ``ehvi`` -- expected hypervolume improvement: ``qLogExpectedHypervolumeImprovement``
+  (``botorch.acquisition.multi_objective.logei``) over a ``FastNondominatedPartitioning``
+  (``botorch.utils.multi_objective.box_decompositions``) of the observed (negated)
+  objectives; the objectives being deterministic, the noisy variant is not needed. Reference
+  point ``-ref_point`` (default ``ref_point`` 1.1: slightly worse than the nadir 1 of the
+  scaled objectives, so front extremes still count). The MC estimate costs samples x boxes per
+  candidate (seconds for a pool of 1000 in three objectives), so the pool is first screened
+  with BoTorch's analytic ``ExpectedHypervolumeImprovement``
+  (``botorch.acquisition.multi_objective.analytic``; exact for q = 1 and independent outputs,
+  as here, but not log-scaled): qLogEHVI ranks the ``screen`` (default 50) candidates of
+  highest EHVI.
 
 The shared loop: features are the arch's genes (:meth:`Genome.encode` of the arch, so inactive
 layers have their canonical genes), each choice index scaled to [0, 1] (ordinal; the choices of
@@ -29,10 +35,14 @@ every gene are sorted numbers). The model is one :class:`~botorch.models.SingleT
 with an independent output per objective (a batched GP with its own hyperparameters per output;
 BoTorch's default kernel and priors, Gaussian likelihood with inferred noise) and a
 :class:`~botorch.models.transforms.outcome.Standardize` outcome transform, fitted by
-:func:`~botorch.fit.fit_gpytorch_mll`. Each fit starts from the previous iteration's
-hyperparameters (warm start: a few L-BFGS steps instead of a fit from scratch); with option
-``refit_every`` k > 1 the hyperparameters are re-optimized only every k-th iteration (the model
-is always conditioned on every observation).
+:func:`~botorch.fit.fit_gpytorch_mll` (L-BFGS-B, at most ``fit_maxiter`` (50) iterations).
+Each fit starts from the previous iteration's hyperparameters (warm start: a few iterations
+instead of a fit from scratch, and an optimization cut short by ``fit_maxiter`` continues at
+the next iteration); with option ``refit_every`` k > 1 the hyperparameters are re-optimized
+only every k-th iteration (the model is always conditioned on every observation). Fitting and
+scoring run on ``threads`` (default 1) torch threads: the matrices are small, and on a busy
+2-core machine more threads oversubscribe it (a fit was ~20x slower with 2 threads while
+other processes ran).
 
 The run starts with ``initial`` (default 10) archs sampled uniformly; then one arch per
 iteration, chosen among a candidate pool (the space is discrete, so the acquisition function is
@@ -45,9 +55,10 @@ Determinism: every random draw (initial design, candidate samples, weights, quas
 samples, the fitting's restarts) is seeded from ``seed`` and the iteration number; torch's
 global generator is forked and seeded around each iteration, so a run depends on its seed only.
 
-Options (``search.options.bo``): ``initial`` (10), ``candidates`` (1000), ``mc_samples`` (128,
-quasi-MC samples of rsbo and ehvi), ``ref_point`` (1.1), ``alpha`` (0.05, Chebyshev
-augmentation), ``refit_every`` (1), ``neighbours`` (true).
+Options (``search.options.bo``): ``initial`` (10), ``candidates`` (1000), ``neighbours``
+(true), ``mc_samples`` (128, quasi-MC samples of rsbo and ehvi), ``alpha`` (0.05, Chebyshev
+augmentation), ``ref_point`` (1.1), ``screen`` (50; 0: score the whole pool with qLogEHVI),
+``fit_maxiter`` (50), ``refit_every`` (1), ``threads`` (1).
 """
 
 from __future__ import annotations
@@ -61,6 +72,7 @@ import torch
 from botorch.acquisition import AcquisitionFunction
 from botorch.acquisition.analytic import LogExpectedImprovement
 from botorch.acquisition.logei import qLogNoisyExpectedImprovement
+from botorch.acquisition.multi_objective.analytic import ExpectedHypervolumeImprovement
 from botorch.acquisition.multi_objective.logei import qLogExpectedHypervolumeImprovement
 from botorch.acquisition.objective import GenericMCObjective, ScalarizedPosteriorTransform
 from botorch.exceptions.errors import ModelFittingError
@@ -82,9 +94,18 @@ from ..hypervolume import pareto_mask
 DTYPE = torch.float64
 CHUNK = 256  # candidates scored per acquisition call (bounds the MC tensors' memory)
 
-# (model, observed features, observed objectives to maximize (n, m), seed, options) -> acq
-Acquisition = Callable[[SingleTaskGP, torch.Tensor, torch.Tensor, int, dict[str, Any]],
-                       AcquisitionFunction]
+# (model, observed features, observed objectives to maximize (n, m), seed, options) ->
+# a scorer: acquisition values (np.ndarray, larger is better) of candidates (N, 1, d)
+Scorer = Callable[[torch.Tensor], np.ndarray]
+Acquisition = Callable[[SingleTaskGP, torch.Tensor, torch.Tensor, int, dict[str, Any]], Scorer]
+
+
+def _scores(acquisition: AcquisitionFunction, candidates: torch.Tensor) -> np.ndarray:
+    """Acquisition values of candidates (N, 1, d), in chunks that bound the MC tensors."""
+    with torch.no_grad():
+        parts = [acquisition(candidates[i:i + CHUNK]) for i in range(0, len(candidates), CHUNK)]
+    scores = torch.cat(parts).numpy() if parts else np.empty(0)
+    return np.where(np.isnan(scores), -np.inf, scores)
 
 
 def _weights(m: int, seed: int) -> torch.Tensor:
@@ -98,32 +119,53 @@ def _sampler(seed: int, options: dict[str, Any]) -> SobolQMCNormalSampler:
 
 
 def _chebyshev(model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor, seed: int,
-               options: dict[str, Any]) -> AcquisitionFunction:
+               options: dict[str, Any]) -> Scorer:
     """qLogNEI of the augmented Chebyshev scalarization with random simplex weights."""
     scalarize = get_chebyshev_scalarization(_weights(Y.shape[-1], seed), Y,
                                             alpha=float(options.get("alpha", 0.05)))
-    return qLogNoisyExpectedImprovement(
+    acquisition = qLogNoisyExpectedImprovement(
         model, X_baseline=X, sampler=_sampler(seed, options),
         objective=GenericMCObjective(lambda samples, X=None: scalarize(samples)),
         prune_baseline=True, cache_root=True)
+    return lambda candidates: _scores(acquisition, candidates)
 
 
 def _linear(model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor, seed: int,
-            options: dict[str, Any]) -> AcquisitionFunction:
+            options: dict[str, Any]) -> Scorer:
     """Analytic LogEI of the weighted sum with random simplex weights."""
     weights = _weights(Y.shape[-1], seed)
-    return LogExpectedImprovement(model, best_f=(Y @ weights).max(),
-                                  posterior_transform=ScalarizedPosteriorTransform(weights))
+    acquisition = LogExpectedImprovement(
+        model, best_f=(Y @ weights).max(),
+        posterior_transform=ScalarizedPosteriorTransform(weights))
+    return lambda candidates: _scores(acquisition, candidates)
 
 
 def _hypervolume(model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor, seed: int,
-                 options: dict[str, Any]) -> AcquisitionFunction:
-    """qLogEHVI over the box decomposition of the observed front."""
+                 options: dict[str, Any]) -> Scorer:
+    """qLogEHVI over the box decomposition of the observed front, on the candidates of
+    highest analytic EHVI."""
     ref_point = torch.full((Y.shape[-1],), -float(options.get("ref_point", 1.1)), dtype=DTYPE)
     partitioning = FastNondominatedPartitioning(ref_point=ref_point, Y=Y)
-    return qLogExpectedHypervolumeImprovement(model, ref_point=ref_point,
-                                              partitioning=partitioning,
-                                              sampler=_sampler(seed, options))
+    try:
+        screen = ExpectedHypervolumeImprovement(model, ref_point=ref_point.tolist(),
+                                                partitioning=partitioning)
+    except ValueError:  # no observed point better than the reference point: no screening
+        screen = None
+    acquisition = qLogExpectedHypervolumeImprovement(model, ref_point=ref_point,
+                                                     partitioning=partitioning,
+                                                     sampler=_sampler(seed, options))
+    keep = int(options.get("screen", 50))
+
+    def score(candidates: torch.Tensor) -> np.ndarray:
+        scores = np.full(len(candidates), -np.inf)
+        if screen is None or keep <= 0 or keep >= len(candidates):
+            top = np.arange(len(candidates))
+        else:  # the kept: highest analytic EHVI, ties to the first in pool order
+            top = np.sort(np.argsort(-_scores(screen, candidates), kind="stable")[:keep])
+        scores[top] = _scores(acquisition, candidates[torch.as_tensor(top)])
+        return scores
+
+    return score
 
 
 def _seed(*parts: int) -> int:
@@ -162,6 +204,10 @@ class _Loop:
             self.features.append(x)
             self.values.append(np.asarray(y, dtype=float))
 
+    def observed(self) -> np.ndarray:
+        """Objective values (n, m) of the evaluated archs."""
+        return np.array(self.values, dtype=float).reshape(-1, self.evaluate.n_objectives)
+
     def pool(self, iteration: int) -> list[Arch]:
         """Unevaluated candidates: uniform samples, then neighbours of the non-dominated."""
         space = self.genome.space
@@ -176,7 +222,7 @@ class _Loop:
             if arch.id not in self.seen:
                 found.setdefault(arch.id, arch)
         if self.options.get("neighbours", True):
-            values = np.array(self.values)
+            values = self.observed()
             finite = np.flatnonzero(np.isfinite(values).all(axis=1))
             for i in finite[pareto_mask(values[finite])]:
                 for arch in self.genome.neighbours(self.archs[i]):
@@ -193,7 +239,8 @@ class _Loop:
         if self.hyperparameters is None or iteration % refit_every == 0:
             mll = ExactMarginalLogLikelihood(model.likelihood, model)
             try:
-                fit_gpytorch_mll(mll)
+                fit_gpytorch_mll(mll, optimizer_kwargs={"options": {
+                    "maxiter": int(self.options.get("fit_maxiter", 50))}})
             except ModelFittingError:  # keep the warm start (or the prior's defaults)
                 pass
         self.hyperparameters = {k: v.detach().clone() for k, v in model.state_dict().items()
@@ -206,11 +253,11 @@ class _Loop:
         pool = self.pool(iteration)
         if not pool:
             return None
-        values = np.array(self.values)
+        values = self.observed()
         finite = np.isfinite(values).all(axis=1)
         if finite.sum() < 2:  # nothing to model yet: a uniformly sampled candidate
             return pool[0]
-        X = torch.tensor(np.array(self.features)[finite], dtype=DTYPE)
+        X = torch.tensor(np.array(self.features)[finite], dtype=DTYPE)  # (n, genes)
         Y = -torch.tensor(values[finite], dtype=DTYPE)  # BoTorch maximizes
         seed = _seed(self.seed, iteration, 2)
         threads = torch.get_num_threads()
@@ -220,15 +267,10 @@ class _Loop:
             torch.set_num_threads(int(self.options.get("threads", 1)))
             try:
                 model = self.fit(X, Y, iteration)
-                acquisition = self.acquisition(model, X, Y, seed, self.options)
-                candidates = torch.tensor(self.encode(pool), dtype=DTYPE).unsqueeze(-2)
-                with torch.no_grad():
-                    scores = torch.cat([acquisition(candidates[i:i + CHUNK])
-                                        for i in range(0, len(candidates), CHUNK)])
+                score = self.acquisition(model, X, Y, seed, self.options)
+                scores = score(torch.tensor(self.encode(pool), dtype=DTYPE).unsqueeze(-2))
             finally:
                 torch.set_num_threads(threads)
-        scores = scores.numpy()
-        scores[np.isnan(scores)] = -np.inf
         return pool[int(np.argmax(scores))]
 
     def run(self) -> None:

@@ -1,8 +1,8 @@
 """Pareto local search (Paquete, Chiarandini and Stützle, 2004) over one-gene changes.
 
 No maintained library implements multi-objective local search over a custom discrete space,
-so it is written here: keep the archive of non-dominated archs, pick an unexplored one at
-random, evaluate its neighbours (archs differing in one active gene) in random order, and add
+so it is written here: evaluate ``initial`` uniformly sampled archs, keep the archive of
+non-dominated archs, pick an unexplored one at random, evaluate its neighbours (archs differing in one active gene) in random order, and add
 each neighbour no archived arch dominates. When every archived arch is explored, explore the
 neighbours of a uniformly sampled arch.
 """
@@ -38,6 +38,8 @@ def local_search(evaluate: Evaluator, genome: Genome, seed: int, options: dict[s
         archive[:] = [(a, v) for a, v in archive if not _dominates(values, v)]
         archive.append((arch, values))
 
+    for arch in genome.space.sample(options.get("initial", 10), seed):
+        visit(arch)
     while True:
         unexplored = [a for a, _ in archive if a.id not in explored]
         if unexplored:

@@ -1,0 +1,132 @@
+"""The BoTorch search algorithms (rsbo, lsbo, ehvi) on small analytic problems."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+import torch
+
+from hwgptbench.search import runner
+from hwgptbench.search.algorithms import get_algorithm
+from hwgptbench.search.evaluator import BudgetExhausted, Evaluator
+from hwgptbench.search.genome import Genome
+from hwgptbench.search.hypervolume import hypervolume, pareto_mask
+from hwgptbench.search.reference import Reference
+from hwgptbench.space import Arch, SearchSpace
+
+METHODS = ["rsbo", "lsbo", "ehvi"]
+OPTIONS = {"initial": 5, "candidates": 200}
+SPACE = SearchSpace.from_dict("test", {
+    "embed_dim": [64, 96, 128], "n_layer": [1, 2, 3], "n_head": [2, 4], "mlp_ratio": [2, 3, 4],
+    "bias": [True, False], "head_size": 16, "block_size": 128, "rotary_fraction": 0.5})
+TINY = SearchSpace.from_dict("tiny-test", {  # 12 archs
+    "embed_dim": [64, 96], "n_layer": [1], "n_head": [2, 4], "mlp_ratio": [2, 3, 4],
+    "bias": [True], "head_size": 16, "block_size": 128, "rotary_fraction": 0.5})
+
+
+class AnalyticProblem:
+    """A Problem stand-in: conflicting analytic objectives of an arch (all minimized)."""
+
+    device = None
+    condition = None
+    fidelities: list[int] = []
+
+    def __init__(self, space: SearchSpace, metrics: Sequence[str], nan: bool = False):
+        self.space, self.metrics, self.nan = space, tuple(metrics), nan
+
+    def _row(self, arch: Arch) -> list[float]:
+        params = self.space.n_params(arch, 100) / 1e5
+        attention = sum(arch.n_head) / arch.n_layer
+        values = {"error": np.exp(-params) + 0.05 * attention + 0.02 * (not arch.bias),
+                  "latency": params + 0.3 * arch.n_layer,
+                  "memory": attention * arch.n_layer + 0.1 * max(arch.mlp_ratio)}
+        row = [values[m] for m in self.metrics]
+        if self.nan and arch.n_layer == 3 and not arch.bias:  # failed measurements
+            row[0] = float("nan")
+        return row
+
+    def values(self, archs: Sequence[Arch], fidelity: int | None = None) -> np.ndarray:
+        for arch in archs:
+            self.space.validate(arch)
+        return np.array([self._row(a) for a in archs], dtype=float).reshape(
+            len(archs), len(self.metrics))
+
+
+def reference(problem: AnalyticProblem) -> Reference:
+    """Scaling and front of the whole (enumerable) space."""
+    values = problem.values(list(problem.space.all_archs()))
+    values = values[np.isfinite(values).all(axis=1)]
+    ideal, nadir = values.min(axis=0), values.max(axis=0)
+    scaled = (values - ideal) / (nadir - ideal)
+    hv = hypervolume(scaled[pareto_mask(scaled)], np.ones(len(problem.metrics)))
+    return Reference(list(problem.metrics), None, None, ideal.tolist(), nadir.tolist(), hv,
+                     len(values), True, 0)
+
+
+def search(problem: AnalyticProblem, method: str, budget: int, seed: int = 0,
+           options: dict | None = None):
+    return runner.run(problem, reference(problem), method, budget, seed,
+                      dict(OPTIONS if options is None else options))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_runs_are_valid_distinct_and_deterministic(method: str) -> None:
+    problem = AnalyticProblem(SPACE, ["error", "latency"])
+    table = search(problem, method, 12)
+    assert table.height == 12
+    ids = table["arch_id"].to_list()
+    assert len(set(ids)) == len(ids)
+    for arch_id in ids:
+        SPACE.validate(Arch.from_id(arch_id))
+    assert ids[:5] == [a.id for a in SPACE.sample(5, 0)]  # the initial design
+    hv = table["hypervolume"].to_numpy()
+    assert (np.diff(hv) >= 0).all() and hv[-1] > 0
+    assert table.equals(search(problem, method, 12))  # same seed, same run
+    assert table["arch_id"].to_list() != search(problem, method, 12, seed=1)["arch_id"].to_list()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_three_objectives(method: str) -> None:
+    problem = AnalyticProblem(SPACE, ["error", "latency", "memory"])
+    table = search(problem, method, 10)
+    assert table.height == 10 and table["arch_id"].n_unique() == 10
+    assert {"error", "latency", "memory"} <= set(table.columns)
+
+
+def test_independent_of_global_generators() -> None:
+    """A run depends on its seed only, not on the state of torch's or numpy's generators."""
+    problem = AnalyticProblem(SPACE, ["error", "latency"])
+    ref, ids = reference(problem), []
+    for state in (1, 2):
+        torch.manual_seed(state)
+        np.random.seed(state)
+        evaluate = Evaluator(problem, ref, 9.0)
+        with pytest.raises(BudgetExhausted):
+            get_algorithm("rsbo")(evaluate, Genome(SPACE), 3, dict(OPTIONS))
+        ids.append([r["arch"].id for r in evaluate.records])
+    assert ids[0] == ids[1] and len(ids[0]) == 9
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_exhausts_a_small_space_without_repeats(method: str) -> None:
+    """The pool shrinks as archs are evaluated; every arch is evaluated once, then it stops."""
+    problem = AnalyticProblem(TINY, ["error", "latency"])
+    evaluate = Evaluator(problem, reference(problem), 100.0)
+    get_algorithm(method)(evaluate, Genome(TINY), 0, dict(OPTIONS))  # returns: nothing left
+    ids = [r["arch"].id for r in evaluate.records]
+    assert sorted(ids) == sorted(a.id for a in TINY.all_archs())
+
+
+def test_budget_below_initial_design() -> None:
+    table = search(AnalyticProblem(SPACE, ["error", "latency"]), "ehvi", 3)
+    assert table["arch_id"].to_list() == [a.id for a in SPACE.sample(3, 0)]
+
+
+def test_nan_objectives_are_not_modelled() -> None:
+    """Archs with a NaN objective count as evaluated but stay out of the GP."""
+    problem = AnalyticProblem(SPACE, ["error", "latency"], nan=True)
+    table = search(problem, "lsbo", 12, options={"initial": 5, "candidates": 200,
+                                                 "refit_every": 2})
+    assert table.height == 12 and table["arch_id"].n_unique() == 12
