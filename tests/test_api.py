@@ -186,3 +186,14 @@ def test_cli_query(results: Path, tmp_path: Path) -> None:
     bad = run(["hwgptbench", "query", "--results", str(results), "--metric", "latency_ms",
                "--device", DEVICE, "--arch", "e7-l1-h1-r1-b1"], tmp_path, check=False)
     assert bad.returncode == 2 and "embed_dim" in bad.stderr
+
+
+def test_out_of_fold_predictions_are_merged(results: Path) -> None:
+    predictions = pl.read_parquet(results / "tiny" / "surrogates" / "predictions.parquet")
+    latency = predictions.filter(pl.col("metric") == "latency_ms")
+    device_table = pl.read_parquet(results / "tiny" / "measurements.parquet")
+    assert latency.height == device_table.height
+    joined = latency.join(device_table, on="arch_id")
+    assert np.allclose(joined["measured"], joined["latency_ms"])
+    assert (latency["lower"] <= latency["upper"]).all()
+    assert not predictions.filter(pl.col("metric") == "energy_mj").height  # not measured

@@ -6,7 +6,9 @@ Layout under ``results/{scale}/surrogates/``:
 snapshot after N training steps, a lower fidelity) and
 ``devices/{device}/{metric}/{condition}/{family}/`` (model files + metadata.json),
 ``devices/{device}/quality.parquet`` and ``perplexity/quality.parquet`` (k-fold quality),
-merged into ``quality.parquet`` and ``quality.json`` (DVC metrics).
+merged into ``quality.parquet`` and ``quality.json`` (DVC metrics); beside each quality table
+``predictions.parquet``, the out-of-fold predictions behind it (measured, predicted, interval),
+merged into ``predictions.parquet``.
 """
 
 from __future__ import annotations
@@ -77,9 +79,18 @@ def _skipped(section: dict[str, Any], base: dict[str, Any], reason: str, rows: i
             for family in section["families"]]
 
 
+PREDICTION_SCHEMA = {
+    "metric": pl.String, "device": pl.String, "condition": pl.String, "family": pl.String,
+    "arch_id": pl.String, "measured": pl.Float64, "predicted": pl.Float64,
+    "lower": pl.Float64, "upper": pl.Float64,
+}
+
+
 def _fit_families(section: dict[str, Any], X: np.ndarray, y: np.ndarray,
-                  folder: Path, metadata: dict[str, Any]) -> list[dict[str, Any]]:
-    """Cross-validate and fit every family on (X, y); save each; return quality rows."""
+                  folder: Path, metadata: dict[str, Any], ids: Sequence[str],
+                  predictions: list[pl.DataFrame]) -> list[dict[str, Any]]:
+    """Cross-validate and fit every family on (X, y); save each; return quality rows and
+    append the out-of-fold predictions of the archs ``ids`` to ``predictions``."""
     base = _base_row(section, metadata["metric"], metadata["device"], metadata["condition"])
     if len(y) < section["min_rows"]:
         reason = f"{len(y)} measured archs < surrogate.min_rows {section['min_rows']}"
@@ -94,6 +105,11 @@ def _fit_families(section: dict[str, Any], X: np.ndarray, y: np.ndarray,
         rows.append({**base, "family": family, "status": "ok", "reason": None,
                      **{k: quality[k] for k in ("rows", "r2", "mae", "kendall_tau",
                                                 "spearman_rho", "coverage")}})
+        predictions.append(pl.DataFrame(
+            {"metric": base["metric"], "device": base["device"], "condition": base["condition"],
+             "family": family, "arch_id": list(ids), "measured": y,
+             **{k: quality[k] for k in ("predicted", "lower", "upper")}},
+            schema=PREDICTION_SCHEMA))
         log.info("%s %s %s %s: R² %.3f, Kendall τ %.3f, coverage %.2f", family,
                  *list(base.values())[:3], quality["r2"], quality["kendall_tau"],
                  quality["coverage"])
@@ -116,6 +132,7 @@ def fit_perplexity(section: dict[str, Any], space: SearchSpace, vocab_size: int,
     condition ``any`` in ``{family}/``, each lower one in ``steps-{N}/{family}/``."""
     fidelities = sorted(table["train_steps"].unique(), reverse=True)
     rows: list[dict[str, Any]] = []
+    predictions: list[pl.DataFrame] = []
     with atomic_dir(out_dir) as staging:
         for steps in fidelities:
             final = steps == fidelities[0]
@@ -125,10 +142,9 @@ def fit_perplexity(section: dict[str, Any], space: SearchSpace, vocab_size: int,
             metadata = {**_metadata(space, "perplexity", ANY, condition, {}, vocab_size, 1,
                                     space.block_size), "train_steps": steps}
             folder = staging if final else staging / condition
-            rows += _fit_families(section, X, group["perplexity"].to_numpy(), folder, metadata)
-        quality = pl.DataFrame(rows, schema=QUALITY_SCHEMA)
-        write_table(quality, staging / "quality.parquet")
-    return quality
+            rows += _fit_families(section, X, group["perplexity"].to_numpy(), folder, metadata,
+                                  group["arch_id"].to_list(), predictions)
+        return _write_quality(rows, predictions, staging)
 
 
 def fit_device(section: dict[str, Any], space: SearchSpace, vocab_size: int,
@@ -140,6 +156,7 @@ def fit_device(section: dict[str, Any], space: SearchSpace, vocab_size: int,
     fingerprint_columns = [c for c in ("device_kind", "device_name", "cpu_model",
                                        "gpu_memory_gb", "torch_version") if c in table.columns]
     rows: list[dict[str, Any]] = []
+    predictions: list[pl.DataFrame] = []
     with atomic_dir(out_dir) as staging:
         ok = table.filter(pl.col("status") == "ok")
         for key, group in ok.group_by(list(CONDITION_KEYS), maintain_order=True):
@@ -155,9 +172,18 @@ def fit_device(section: dict[str, Any], space: SearchSpace, vocab_size: int,
                     rows += _skipped(section, base, _null_reason(group, metric), 0)
                     continue
                 rows += _fit_families(section, X[present], group[metric].to_numpy()[present],
-                                      staging / metric / condition, metadata)
-        quality = pl.DataFrame(rows, schema=QUALITY_SCHEMA)
-        write_table(quality, staging / "quality.parquet")
+                                      staging / metric / condition, metadata,
+                                      group["arch_id"].filter(present).to_list(), predictions)
+        return _write_quality(rows, predictions, staging)
+
+
+def _write_quality(rows: list[dict[str, Any]], predictions: list[pl.DataFrame],
+                   folder: Path) -> pl.DataFrame:
+    """Write quality.parquet and predictions.parquet into folder; return the quality."""
+    quality = pl.DataFrame(rows, schema=QUALITY_SCHEMA)
+    write_table(quality, folder / "quality.parquet")
+    write_table(pl.concat(predictions) if predictions else
+                pl.DataFrame(schema=PREDICTION_SCHEMA), folder / "predictions.parquet")
     return quality
 
 
@@ -171,7 +197,11 @@ def _null_reason(group: pl.DataFrame, metric: str) -> str:
 def merge_quality(paths: Sequence[str | os.PathLike[str]], scale: str,
                   out_table: str | os.PathLike[str], out_metrics: str | os.PathLike[str]
                   ) -> pl.DataFrame:
-    """One quality table of a scale, and its fitted rows as nested JSON for `dvc metrics`."""
+    """One quality table of a scale, and its fitted rows as nested JSON for `dvc metrics`;
+    the predictions tables beside the inputs are merged beside ``out_table`` too."""
+    predictions = pl.concat([pl.read_parquet(Path(p).with_name("predictions.parquet"))
+                             for p in paths])
+    write_table(predictions, Path(out_table).with_name("predictions.parquet"))
     quality = pl.concat([pl.read_parquet(p) for p in paths]).sort(
         "metric", "device", "condition", "family")
     write_table(quality.with_columns(scale=pl.lit(scale)), out_table)

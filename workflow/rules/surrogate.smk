@@ -35,13 +35,15 @@ rule surrogates_device:
 
 
 rule surrogate_quality:
-    """The quality table of all surrogates of a scale, and its DVC metrics file."""
+    """The quality table of all surrogates of a scale, its DVC metrics file, and the merged
+    out-of-fold predictions behind it."""
     input:
         perplexity=rules.surrogates_perplexity.output[0],
         devices=lambda wc: [f"{RESULTS}/{wc.scale}/surrogates/devices/{Path(t).stem}"
                             for t in device_tables(wc.scale)],
     output:
         table=f"{RESULTS}/{{scale}}/surrogates/quality.parquet",
+        predictions=f"{RESULTS}/{{scale}}/surrogates/predictions.parquet",
         metrics=f"{RESULTS}/{{scale}}/surrogate_quality.json",
     params:
         tables=lambda wc, input: " ".join(f"{d}/quality.parquet"

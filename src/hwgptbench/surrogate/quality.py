@@ -44,7 +44,8 @@ def out_of_fold(make_model: Callable[[], Surrogate], X: np.ndarray, y: np.ndarra
 
 def cross_validate(make_model: Callable[[], Surrogate], X: np.ndarray, y: np.ndarray,
                    folds: int = 5, seed: int = 0) -> dict[str, Any]:
-    """R², MAE, Kendall τ, Spearman ρ and interval coverage of out-of-fold predictions."""
+    """R², MAE, Kendall τ, Spearman ρ and interval coverage of out-of-fold predictions, and
+    the predictions themselves (``predicted``, ``lower``, ``upper``, each (n,))."""
     y = np.asarray(y, dtype=np.float64)
     point, low, high = out_of_fold(make_model, X, y, folds, seed)
     residual = y - point
@@ -56,4 +57,7 @@ def cross_validate(make_model: Callable[[], Surrogate], X: np.ndarray, y: np.nda
         "coverage": interval_coverage(y, low, high),
         "rows": len(y),
         "folds": folds,
+        "predicted": point,
+        "lower": low,
+        "upper": high,
     }
