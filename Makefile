@@ -34,6 +34,8 @@ install: $(VENV)/.installed
 
 run: $(VENV)/.installed
 	dvc repro
+	snakemake --report results/report.html
+	@echo "figures and tables: results/*/figures/, results/*/tables/; report: results/report.html"
 
 pull: $(VENV)/.installed
 	hwgptbench pull

@@ -19,8 +19,8 @@ from conftest import make_project, run
 NOTHING_TO_DO = "Nothing to be done"
 ALL_STAGES = {"data", "supernet", "sample_archs", "perplexity", "measure", "measure_device",
               "measurements", "surrogates_perplexity", "surrogates_device", "surrogate_quality",
-              "search_reference", "search", "search_summary"}
-SEARCH_STAGES = {"search_reference", "search", "search_summary"}
+              "search_reference", "search", "search_summary", "figures_of_scale"}
+SEARCH_AND_FIGURES = {"search_reference", "search", "search_summary", "figures_of_scale"}
 # The whole workflow, small enough for a test.
 FAST = {"supernet.steps": 3, "supernet.batch_size": 2, "supernet.checkpoint_every": 2,
         "supernet.snapshots": [2], "supernet.device": "cpu",
@@ -73,6 +73,7 @@ def pushed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (repo / "params.yaml").read_text())["search"]["algorithms"])
     assert (final["cost"] <= 6 + 1e-9).all()
     assert json.loads((repo / "results" / "tiny" / "search_metrics.json").read_text())
+    assert (repo / "results" / "tiny" / "figures" / "hypervolume.svg").stat().st_size > 0
     assert dvc_status(repo) == {}
     assert snakemake_jobs(repo) == set()
     run(["dvc", "push"], repo)
@@ -102,7 +103,7 @@ def test_pull_into_fresh_clone_is_up_to_date_in_both_tools(pushed: Path, tmp_pat
     # a params change reruns exactly the stages that read it (and Snakemake what they feed)
     set_param(repo, ["surrogate", "seed"], 7)
     assert snakemake_jobs(repo) == {"surrogates_perplexity", "surrogates_device",
-                                    "surrogate_quality"} | SEARCH_STAGES
+                                    "surrogate_quality"} | SEARCH_AND_FIGURES
     assert set(dvc_status(repo)) == {"surrogates@tiny"}
     # a search space that is not run changes nothing
     set_param(repo, ["spaces", "s", "n_layer"], [10, 12])
@@ -110,11 +111,11 @@ def test_pull_into_fresh_clone_is_up_to_date_in_both_tools(pushed: Path, tmp_pat
     run(["git", "checkout", "params.yaml"], repo)
     set_param(repo, ["perplexity", "seed"], 7)
     assert snakemake_jobs(repo) == {"perplexity", "surrogates_perplexity",
-                                    "surrogate_quality"} | SEARCH_STAGES
+                                    "surrogate_quality"} | SEARCH_AND_FIGURES
     assert set(dvc_status(repo)) == {"perplexity@tiny"}
     run(["git", "checkout", "params.yaml"], repo)
     set_param(repo, ["search", "budget"], 7)
-    assert snakemake_jobs(repo) == SEARCH_STAGES
+    assert snakemake_jobs(repo) == SEARCH_AND_FIGURES
     assert set(dvc_status(repo)) == {"search@tiny"}
     # upstream: DVC names the stage whose params changed, Snakemake plans all it feeds
     run(["git", "checkout", "params.yaml"], repo)
@@ -125,6 +126,20 @@ def test_pull_into_fresh_clone_is_up_to_date_in_both_tools(pushed: Path, tmp_pat
     run(["git", "checkout", "params.yaml"], repo)
     assert snakemake_jobs(repo) == set()
     assert dvc_status(repo) == {}
+
+
+def test_figures_regenerate_from_pulled_tables_alone(pushed: Path, tmp_path: Path) -> None:
+    repo = fresh_clone(pushed, tmp_path / "clone")
+    run(["hwgptbench", "pull"], repo)
+    figures = repo / "results" / "tiny" / "figures"
+    original = {p.name: p.read_bytes() for p in figures.iterdir()}
+    shutil.rmtree(figures)
+    assert snakemake_jobs(repo) == {"figures_of_scale"}
+    run(["snakemake", "figures"], repo)
+    assert {p.name: p.read_bytes() for p in figures.iterdir()} == original  # byte-identical
+    run(["snakemake", "--report", "results/report.html"], repo)
+    report = (repo / "results" / "report.html").read_text()
+    assert "hypervolume.png" in report and "pareto_latency.png" in report
 
 
 def test_pull_never_blesses_results_of_other_params(pushed: Path, tmp_path: Path) -> None:

@@ -254,6 +254,13 @@ def cmd_search_summary(args: argparse.Namespace) -> None:
         print(table)
 
 
+def cmd_figures(args: argparse.Namespace) -> None:
+    """Figures, tables and DVC plot files of a scale, from its result tables only."""
+    from . import report
+
+    report.render(Path(args.results) / args.scale, args.runs)
+
+
 def cmd_pull(args: argparse.Namespace) -> None:
     """Fetch results from the DVC remote; mark them up to date for Snakemake if current."""
     sync.pull(args.targets, remote=args.remote)
@@ -355,6 +362,12 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--out-dir", required=True, help="folder of the summary tables")
     command.add_argument("--metrics-out", required=True, help="DVC metrics file (JSON)")
     command.add_argument("inputs", nargs="+", help="algorithm folders of search runs")
+    command = sub.add_parser("figures", help=cmd_figures.__doc__, description=cmd_figures.__doc__)
+    command.set_defaults(func=cmd_figures)
+    command.add_argument("--scale", default="tiny", help="search space (default: %(default)s)")
+    command.add_argument("--results", default="results", help="results folder (default: "
+                                                              "%(default)s)")
+    command.add_argument("runs", nargs="+", help="algorithm folders of search runs")
     command = sub.add_parser("pull", help=cmd_pull.__doc__, description=cmd_pull.__doc__)
     command.set_defaults(func=cmd_pull)
     command.add_argument("targets", nargs="*", help="stages to pull (default: all)")

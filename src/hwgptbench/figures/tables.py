@@ -1,0 +1,118 @@
+"""Tables for the paper: builders (tables in, table out) and a CSV + Markdown writer."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from ..io import atomic_write_text
+from .benchmark import measured
+from .style import algorithm_order
+
+PathLike = str | os.PathLike[str]
+MISSING = "n/a"
+
+
+def format_float(value: float | None, digits: int | None = 4) -> str:
+    """``digits`` significant digits, trailing zeros kept (integers for large values); the
+    shortest round-trip repr for ``digits=None``; ``n/a`` for null."""
+    if value is None:
+        return MISSING
+    if digits is None or not np.isfinite(value):
+        return repr(float(value))
+    if abs(value) >= 10**digits:
+        return f"{value:.0f}"
+    return f"{value:#.{digits}g}".rstrip(".")
+
+
+def _as_text(df: pl.DataFrame, digits: int | None) -> pl.DataFrame:
+    """Every column as strings: floats by ``format_float``, nulls as ``n/a``."""
+    return df.with_columns(
+        (pl.col(c).map_elements(lambda v: format_float(v, digits), return_dtype=pl.String)
+         if df.schema[c].is_float() else pl.col(c).cast(pl.String))
+        .fill_null(MISSING) for c in df.columns)
+
+
+def to_markdown(df: pl.DataFrame, digits: int = 4) -> str:
+    """A GitHub Markdown table; numeric columns right-aligned."""
+    text = _as_text(df, digits)
+    cells = [list(df.columns)] + [list(row) for row in text.iter_rows()]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(df.columns))]
+    numeric = [df.schema[c].is_numeric() for c in df.columns]
+
+    def line(row: list[str]) -> str:
+        return "| " + " | ".join(v.rjust(w) if r else v.ljust(w)
+                                 for v, w, r in zip(row, widths, numeric)) + " |"
+
+    rule = "| " + " | ".join("-" * (w - 1) + ":" if r else "-" * w
+                             for w, r in zip(widths, numeric)) + " |"
+    return "\n".join([line(cells[0]), rule, *(line(row) for row in cells[1:])]) + "\n"
+
+
+def write_table(df: pl.DataFrame, out_stem: PathLike, digits: int = 4) -> list[Path]:
+    """Write ``{out_stem}.csv`` (floats in full) and ``{out_stem}.md`` (floats to ``digits``
+    significant digits) atomically, nulls as ``n/a``; return the two paths."""
+    stem = Path(out_stem)
+    csv, md = stem.with_name(stem.name + ".csv"), stem.with_name(stem.name + ".md")
+    atomic_write_text(csv, _as_text(df, None).write_csv(line_terminator="\n"))
+    atomic_write_text(md, to_markdown(df, digits))
+    return [csv, md]
+
+
+def quality_table(quality: pl.DataFrame) -> pl.DataFrame:
+    """Surrogate quality per (metric, device, condition, family): status, rows, R², MAE,
+    Kendall tau, Spearman rho, empirical and nominal interval coverage."""
+    columns = ["metric", "device", "condition", "family", "status", "rows", "r2", "mae",
+               "kendall_tau", "spearman_rho", "coverage", "nominal_coverage"]
+    return quality.select(c for c in columns if c in quality.columns).sort(
+        "metric", "device", "condition", "family")
+
+
+def _mean_std(mean: float | None, std: float | None, decimals: int) -> str:
+    if mean is None:
+        return MISSING
+    return f"{mean:.{decimals}f}" + ("" if std is None else f" ± {std:.{decimals}f}")
+
+
+def hypervolume_table(final: pl.DataFrame, decimals: int = 4) -> pl.DataFrame:
+    """Per (objectives, device, algorithm): runs, final hypervolume and regret as mean ± std
+    over seeds, and mean rank; algorithms by mean rank."""
+    stats = (final.group_by("objectives", "device", "algorithm")
+             .agg(runs=pl.len(), hv_mean=pl.col("hypervolume").mean(),
+                  hv_std=pl.col("hypervolume").std(), regret_mean=pl.col("hv_regret").mean(),
+                  regret_std=pl.col("hv_regret").std(), mean_rank=pl.col("rank").mean()))
+    order = {a: i for i, a in enumerate(algorithm_order(stats["algorithm"]))}
+    rows = [{"objectives": r["objectives"], "device": r["device"], "algorithm": r["algorithm"],
+             "runs": r["runs"], "hypervolume": _mean_std(r["hv_mean"], r["hv_std"], decimals),
+             "hv_regret": _mean_std(r["regret_mean"], r["regret_std"], decimals),
+             "mean_rank": r["mean_rank"]}
+            for r in stats.iter_rows(named=True)]
+    schema = {"objectives": pl.String, "device": pl.String, "algorithm": pl.String,
+              "runs": pl.UInt32, "hypervolume": pl.String, "hv_regret": pl.String,
+              "mean_rank": pl.Float64}
+    return (pl.DataFrame(rows, schema=schema)
+            .with_columns(_order=pl.col("algorithm").replace_strict(order, return_dtype=pl.Int64))
+            .sort("objectives", "device", "mean_rank", "_order").drop("_order"))
+
+
+def device_summary(measurements: pl.DataFrame) -> pl.DataFrame:
+    """Per (device, condition): archs measured (status ok) and failed, and median, min and max
+    of latency, energy and peak memory (null where not measured)."""
+    metrics = [m for m in ("latency_ms", "energy_mj", "memory_peak_mb")
+               if m in measurements.columns]
+    ok = measured(measurements)
+    failed = (measurements.filter(pl.col("status") != "ok")
+              .group_by("device", "batch_size", "seq_len", "dtype", "launch")
+              .agg(failed=pl.len()))
+    stats = (ok.group_by("device", "batch_size", "seq_len", "dtype", "launch", "condition")
+             .agg(pl.col("arch_id").n_unique().alias("archs"),
+                  *(getattr(pl.col(m), f)().alias(f"{m}_{f}")
+                    for m in metrics for f in ("median", "min", "max")))
+             .join(failed, on=["device", "batch_size", "seq_len", "dtype", "launch"], how="left")
+             .with_columns(pl.col("failed").fill_null(0))
+             .sort("device", "batch_size", "seq_len", "dtype", "launch"))
+    return stats.select("device", "condition", "archs", "failed",
+                        *(f"{m}_{f}" for m in metrics for f in ("median", "min", "max")))

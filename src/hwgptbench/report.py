@@ -1,0 +1,113 @@
+"""The figures stage: every figure, table and DVC plot file of a scale, from result tables only.
+
+Reads ``results/{scale}/``: perplexity.parquet, measurements.parquet,
+surrogates/{quality,predictions}.parquet, supernet/loss.parquet, search/{final,attainment}.parquet
+and the search run tables. Writes ``figures/`` (PNG + SVG), ``tables/`` (CSV + Markdown) and
+``plots/`` (CSV for ``dvc plots``). Nothing is trained, measured or predicted here, so after
+``dvc pull`` the figures regenerate in seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+
+from .figures import benchmark, search, surrogate, tables
+from .io import atomic_path
+from .search.summary import read_runs
+
+log = logging.getLogger(__name__)
+
+# the figures and tables every scale gets (workflow/report/ has a caption for each); the
+# energy Pareto figure is added where energy was measured
+FIGURES = ("pareto_latency", "device_correlation", "surrogate_scatter", "surrogate_calibration",
+           "hypervolume", "attainment", "pareto_3d", "dimension_effects", "supernet_loss")
+TABLES = ("surrogate_quality", "hypervolume", "devices")
+THIRD_OBJECTIVES = ("energy_mj", "memory_peak_mb", "params")
+
+
+def _final_perplexity(perplexity: pl.DataFrame) -> pl.DataFrame:
+    return perplexity.filter(pl.col("train_steps") == pl.col("train_steps").max())
+
+
+def _three_objectives(perplexity: pl.DataFrame, measurements: pl.DataFrame
+                      ) -> tuple[pl.DataFrame, list[str]]:
+    """Perplexity, latency and the first measured of energy, memory and params, per measured
+    arch of the first device and condition."""
+    first = measurements.filter(pl.col("status") == "ok").sort("device", "batch_size",
+                                                               "seq_len", "dtype", "launch")
+    first = first.filter(pl.struct("device", "batch_size", "seq_len", "dtype", "launch")
+                         == first.select(pl.struct("device", "batch_size", "seq_len", "dtype",
+                                                   "launch")).row(0)[0])
+    third = next(m for m in THIRD_OBJECTIVES
+                 if m in first.columns and first[m].is_not_null().any())
+    table = _final_perplexity(perplexity).select("arch_id", "perplexity").join(
+        first.select("arch_id", "latency_ms", third), on="arch_id").drop_nulls()
+    return table, ["perplexity", "latency_ms", third]
+
+
+def hypervolume_plot_data(runs: pl.DataFrame) -> pl.DataFrame:
+    """Mean hypervolume per algorithm at each whole evaluation of cost, wide (one column per
+    algorithm), of the first objective set and device: the data of `dvc plots`."""
+    first = runs.sort("objectives", "device").row(0, named=True)
+    group = runs.filter((pl.col("objectives") == first["objectives"])
+                        & (pl.col("device") == first["device"]))
+    at_cost = group.with_columns(evaluation=pl.col("cumulative_cost").ceil().cast(pl.Int64)
+                                 ).group_by("algorithm", "seed", "evaluation").agg(
+        pl.col("hypervolume").max())
+    return at_cost.group_by("algorithm", "evaluation").agg(pl.col("hypervolume").mean()).pivot(
+        on="algorithm", index="evaluation", values="hypervolume", sort_columns=True
+    ).sort("evaluation").fill_null(strategy="forward")
+
+
+def render(scale_dir: str | os.PathLike[str], run_folders: Sequence[str | os.PathLike[str]]
+           ) -> list[Path]:
+    """Every figure, table and plot file of one scale; returns the paths written."""
+    root = Path(scale_dir)
+    figures, table_dir, plots = root / "figures", root / "tables", root / "plots"
+    for folder in (figures, table_dir, plots):
+        folder.mkdir(parents=True, exist_ok=True)
+    perplexity = pl.read_parquet(root / "perplexity.parquet")
+    measurements = pl.read_parquet(root / "measurements.parquet")
+    quality = pl.read_parquet(root / "surrogates" / "quality.parquet")
+    predictions = pl.read_parquet(root / "surrogates" / "predictions.parquet")
+    loss = pl.read_parquet(root / "supernet" / "loss.parquet")
+    runs = read_runs(run_folders)
+    final = pl.read_parquet(root / "search" / "final.parquet")
+    attainment = pl.read_parquet(root / "search" / "attainment.parquet")
+    three, metrics = _three_objectives(perplexity, measurements)
+
+    written = [
+        *benchmark.pareto_fronts(perplexity, measurements, figures / "pareto_latency",
+                                 metric="latency_ms"),
+        *benchmark.pareto_fronts(perplexity, measurements, figures / "pareto_energy",
+                                 metric="energy_mj"),
+        *benchmark.device_correlation(measurements, figures / "device_correlation"),
+        *surrogate.surrogate_scatter(predictions, figures / "surrogate_scatter"),
+        *surrogate.surrogate_calibration(quality, figures / "surrogate_calibration"),
+        *search.hypervolume_curves(runs, figures / "hypervolume"),
+        *search.attainment_surfaces(attainment, figures / "attainment"),
+        *benchmark.pareto_3d(three, metrics, figures / "pareto_3d"),
+        *benchmark.dimension_effects(measurements, figures / "dimension_effects"),
+        *benchmark.loss_curve(loss, figures / "supernet_loss"),
+        *tables.write_table(tables.quality_table(quality), table_dir / "surrogate_quality"),
+        *tables.write_table(tables.hypervolume_table(final), table_dir / "hypervolume"),
+        *tables.write_table(tables.device_summary(measurements), table_dir / "devices"),
+    ]
+    plot_data = {
+        "hypervolume": hypervolume_plot_data(runs),
+        "supernet_loss": loss.select("step", "kind", "loss").pivot(
+            on="kind", index="step", values="loss", aggregate_function="mean").sort("step"),
+        "surrogate_predictions": predictions,
+    }
+    for name, table in plot_data.items():
+        with atomic_path(plots / f"{name}.csv") as tmp:
+            table.write_csv(tmp, float_precision=6)
+        written.append(plots / f"{name}.csv")
+    log.info("wrote %d files under %s", len(written), root)
+    return written
+

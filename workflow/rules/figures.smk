@@ -1,0 +1,43 @@
+from hwgptbench.report import FIGURES, TABLES
+
+CAPTIONS = "../report"
+
+
+def figure_output(name):
+    return report(f"{RESULTS}/{{scale}}/figures/{name}.png", caption=f"{CAPTIONS}/{name}.rst",
+                  category="Figures", subcategory="{scale}")
+
+
+def table_output(name):
+    return report(f"{RESULTS}/{{scale}}/tables/{name}.csv", caption=f"{CAPTIONS}/table_{name}.rst",
+                  category="Tables", subcategory="{scale}")
+
+
+rule figures_of_scale:
+    """Every figure, table and DVC plot file of a scale, from result tables only (no
+    training, measuring or fitting: after `dvc pull` this is the only job)."""
+    input:
+        perplexity=rules.perplexity.output[0],
+        measurements=rules.measurements.output[0],
+        quality=rules.surrogate_quality.output.table,
+        predictions=rules.surrogate_quality.output.predictions,
+        loss=rules.supernet.output.loss,
+        final=rules.search_summary.output.final,
+        attainment=rules.search_summary.output.attainment,
+        runs=rules.search_summary.input.runs,
+    output:
+        **{f"figure_{name}": figure_output(name) for name in FIGURES},
+        **{f"table_{name}": table_output(name) for name in TABLES},
+        plots=[f"{RESULTS}/{{scale}}/plots/{name}.csv"
+               for name in ("hypervolume", "supernet_loss", "surrogate_predictions")],
+    log:
+        f"{RESULTS}/logs/{{scale}}/figures.log",
+    shell:
+        "hwgptbench figures --scale {wildcards.scale} --results {RESULTS} {input.runs}"
+        " 2>&1 | tee {log}"
+
+
+rule figures:
+    """The figures and tables of every configured scale (`snakemake figures`)."""
+    input:
+        expand(rules.figures_of_scale.output, scale=SCALES),
