@@ -23,7 +23,7 @@ from .search.summary import read_runs
 log = logging.getLogger(__name__)
 
 # the figures and tables every scale gets (workflow/report/ has a caption for each); the
-# energy Pareto figure is added where energy was measured
+# energy Pareto and correlation figures are added where energy was measured
 FIGURES = ("pareto_latency", "device_correlation", "surrogate_scatter", "surrogate_calibration",
            "hypervolume", "attainment", "pareto_3d", "dimension_effects", "supernet_loss")
 TABLES = ("surrogate_quality", "hypervolume", "devices")
@@ -87,6 +87,8 @@ def render(scale_dir: str | os.PathLike[str], run_folders: Sequence[str | os.Pat
         *benchmark.pareto_fronts(perplexity, measurements, figures / "pareto_energy",
                                  metric="energy_mj"),
         *benchmark.device_correlation(measurements, figures / "device_correlation"),
+        *benchmark.device_correlation(measurements, figures / "device_correlation_energy",
+                                      metric="energy_mj"),
         *surrogate.surrogate_scatter(predictions, figures / "surrogate_scatter"),
         *surrogate.surrogate_calibration(quality, figures / "surrogate_calibration"),
         *search.hypervolume_curves(runs, figures / "hypervolume"),
