@@ -271,6 +271,12 @@ def _scale_and_data(command: argparse.ArgumentParser) -> None:
     command.add_argument("--data", required=True, help="data-stage output folder")
 
 
+def _scale_and_results(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--scale", default="tiny", help="search space (default: %(default)s)")
+    command.add_argument("--results", default="results", help="results folder (default: "
+                                                              "%(default)s)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hwgptbench", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"hwgptbench {__version__}")
@@ -331,9 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("inputs", nargs="+", help="quality tables to merge")
     command = sub.add_parser("query", help=cmd_query.__doc__, description=cmd_query.__doc__)
     command.set_defaults(func=cmd_query)
-    command.add_argument("--scale", default="tiny", help="search space (default: %(default)s)")
-    command.add_argument("--results", default="results", help="results folder (default: "
-                                                              "%(default)s)")
+    _scale_and_results(command)
     command.add_argument("--device", help="device label (see the quality table)")
     command.add_argument("--metric", action="append", required=True,
                          help="metric, repeatable: perplexity, latency_ms, energy_mj, ...")
@@ -349,11 +353,10 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--out", help="write .parquet or .csv instead of printing")
     for name, func in (("search-reference", cmd_search_reference), ("search", cmd_search)):
         command = add(name, func)
-        command.add_argument("--scale", default="tiny", help="search space (default: %(default)s)")
-        command.add_argument("--results", default="results", help="results folder with the "
-                                                                  "surrogates (default: %(default)s)")
+        _scale_and_results(command)
         command.add_argument("--objectives", required=True, help="key of search.objective_sets")
-        command.add_argument("--device", required=True, help="device label of the hardware metrics")
+        command.add_argument("--device", required=True,
+                             help="device label of the hardware metrics")
         command.add_argument("--out", required=True, help="output folder")
     command.add_argument("--algorithm", required=True, choices=sorted(ALGORITHMS))
     command.add_argument("--reference", required=True, help="folder of search-reference")
@@ -364,9 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("inputs", nargs="+", help="algorithm folders of search runs")
     command = sub.add_parser("figures", help=cmd_figures.__doc__, description=cmd_figures.__doc__)
     command.set_defaults(func=cmd_figures)
-    command.add_argument("--scale", default="tiny", help="search space (default: %(default)s)")
-    command.add_argument("--results", default="results", help="results folder (default: "
-                                                              "%(default)s)")
+    _scale_and_results(command)
     command.add_argument("runs", nargs="+", help="algorithm folders of search runs")
     command = sub.add_parser("pull", help=cmd_pull.__doc__, description=cmd_pull.__doc__)
     command.set_defaults(func=cmd_pull)

@@ -2,9 +2,10 @@
 
 No maintained library implements multi-objective local search over a custom discrete space,
 so it is written here: evaluate ``initial`` uniformly sampled archs, keep the archive of
-non-dominated archs, pick an unexplored one at random, evaluate its neighbours (archs differing in one active gene) in random order, and add
-each neighbour no archived arch dominates. When every archived arch is explored, explore the
-neighbours of a uniformly sampled arch.
+non-dominated archs, pick an unexplored one at random, evaluate its neighbours (archs
+differing in one active gene) in random order, and add each neighbour no archived arch
+dominates. When every archived arch is explored, explore the neighbours of a uniformly
+sampled arch.
 """
 
 from __future__ import annotations
