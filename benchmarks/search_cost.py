@@ -25,9 +25,8 @@ import torch
 from hwgptbench import Benchmark, params
 from hwgptbench.search import compute_reference, make_problem
 from hwgptbench.search.algorithms import get_algorithm, options_of
-from hwgptbench.search.evaluator import BudgetExhausted, Evaluator
-from hwgptbench.search.genome import Genome
-from hwgptbench.search.runner import seeded, trajectory
+from hwgptbench.search.evaluator import Evaluator
+from hwgptbench.search.runner import execute, trajectory
 
 
 @dataclass
@@ -45,16 +44,12 @@ def time_algorithm(problem, reference, name: str, budget: int, seeds: int,
                    options: dict) -> tuple[float, float, list[float], list[float]]:
     """(total seconds of all seeds, mean seconds per suggestion over the last 10 calls,
     final hypervolume of each seed, hypervolume at half the budget of each seed)."""
-    search = get_algorithm(name)
+    get_algorithm(name)  # import its library before timing
     total, last, final, half = 0.0, [], [], []
     for seed in range(seeds):
         evaluate = TimedEvaluator(problem, reference, float(budget))
         start = time.perf_counter()
-        with seeded(seed):
-            try:
-                search(evaluate, Genome(problem.space), seed, dict(options))
-            except BudgetExhausted:
-                pass
+        execute(evaluate, name, seed, options)
         total += time.perf_counter() - start
         gaps = [b - a for a, b in zip(evaluate.times, evaluate.times[1:])]
         last += gaps[-10:]

@@ -99,7 +99,7 @@ def cmd_perplexity(args: argparse.Namespace) -> None:
     table = pl.read_parquet(args.archs).select("arch_id", "kind", "params").join(
         scores, on="arch_id", maintain_order="right")
     archs.write_table(table.drop("kind"), args.out)
-    final = table.filter(pl.col("train_steps") == max(supernets))
+    final = perplexity.fully_trained(table)
     ends = dict(zip(final["kind"], final["perplexity"]))
     log.info("perplexity after %d steps: smallest %.2f, largest %.2f; "
              "Spearman(params, perplexity) = %.3f over %d archs; snapshots at steps %s",
@@ -283,10 +283,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def add(name: str, func: Callable[[argparse.Namespace], None]) -> argparse.ArgumentParser:
+    def add(name: str, func: Callable[[argparse.Namespace], None], params: bool = True
+            ) -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=func.__doc__, description=func.__doc__)
         command.set_defaults(func=func)
-        _params_arg(command)
+        if params:
+            _params_arg(command)
         return command
 
     add("validate", cmd_validate)
@@ -328,15 +330,12 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("--measurements", help="a device table (fits hardware metrics)")
     table.add_argument("--perplexity", help="the perplexity table (fits perplexity)")
     command.add_argument("--out", required=True, help="output folder")
-    command = sub.add_parser("merge-quality", help=cmd_merge_quality.__doc__,
-                             description=cmd_merge_quality.__doc__)
-    command.set_defaults(func=cmd_merge_quality)
+    command = add("merge-quality", cmd_merge_quality, params=False)
     command.add_argument("--scale", default="tiny", help="search space (default: %(default)s)")
     command.add_argument("--out", required=True, help="quality table (parquet)")
     command.add_argument("--metrics-out", required=True, help="DVC metrics file (JSON)")
     command.add_argument("inputs", nargs="+", help="quality tables to merge")
-    command = sub.add_parser("query", help=cmd_query.__doc__, description=cmd_query.__doc__)
-    command.set_defaults(func=cmd_query)
+    command = add("query", cmd_query, params=False)
     _scale_and_results(command)
     command.add_argument("--device", help="device label (see the quality table)")
     command.add_argument("--metric", action="append", required=True,
@@ -365,12 +364,10 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--out-dir", required=True, help="folder of the summary tables")
     command.add_argument("--metrics-out", required=True, help="DVC metrics file (JSON)")
     command.add_argument("inputs", nargs="+", help="algorithm folders of search runs")
-    command = sub.add_parser("figures", help=cmd_figures.__doc__, description=cmd_figures.__doc__)
-    command.set_defaults(func=cmd_figures)
+    command = add("figures", cmd_figures, params=False)
     _scale_and_results(command)
     command.add_argument("runs", nargs="+", help="algorithm folders of search runs")
-    command = sub.add_parser("pull", help=cmd_pull.__doc__, description=cmd_pull.__doc__)
-    command.set_defaults(func=cmd_pull)
+    command = add("pull", cmd_pull, params=False)
     command.add_argument("targets", nargs="*", help="stages to pull (default: all)")
     command.add_argument("--remote", help="DVC remote name (default: the configured default)")
     return parser

@@ -18,6 +18,7 @@ import polars as pl
 
 from .figures import benchmark, search, surrogate, tables
 from .io import atomic_path
+from .perplexity import fully_trained
 from .search.summary import read_runs
 
 log = logging.getLogger(__name__)
@@ -30,22 +31,17 @@ TABLES = ("surrogate_quality", "hypervolume", "devices")
 THIRD_OBJECTIVES = ("energy_mj", "memory_peak_mb", "params")
 
 
-def _final_perplexity(perplexity: pl.DataFrame) -> pl.DataFrame:
-    return perplexity.filter(pl.col("train_steps") == pl.col("train_steps").max())
-
-
 def _three_objectives(perplexity: pl.DataFrame, measurements: pl.DataFrame
                       ) -> tuple[pl.DataFrame, list[str]]:
     """Perplexity, latency and the first measured of energy, memory and params, per measured
     arch of the first device and condition."""
-    first = measurements.filter(pl.col("status") == "ok").sort("device", "batch_size",
-                                                               "seq_len", "dtype", "launch")
-    first = first.filter(pl.struct("device", "batch_size", "seq_len", "dtype", "launch")
-                         == first.select(pl.struct("device", "batch_size", "seq_len", "dtype",
-                                                   "launch")).row(0)[0])
+    ok = benchmark.measured(measurements)
+    head = ok.row(0, named=True)
+    first = ok.filter((pl.col("device") == head["device"])
+                      & (pl.col("condition") == head["condition"]))
     third = next(m for m in THIRD_OBJECTIVES
                  if m in first.columns and first[m].is_not_null().any())
-    table = _final_perplexity(perplexity).select("arch_id", "perplexity").join(
+    table = fully_trained(perplexity).select("arch_id", "perplexity").join(
         first.select("arch_id", "latency_ms", third), on="arch_id").drop_nulls()
     return table, ["perplexity", "latency_ms", third]
 

@@ -40,6 +40,11 @@ QUALITY_SCHEMA = {
     "mae": pl.Float64, "kendall_tau": pl.Float64, "spearman_rho": pl.Float64,
     "coverage": pl.Float64, "nominal_coverage": pl.Float64,
 }
+PREDICTION_SCHEMA = {
+    "metric": pl.String, "device": pl.String, "condition": pl.String, "family": pl.String,
+    "arch_id": pl.String, "measured": pl.Float64, "predicted": pl.Float64,
+    "lower": pl.Float64, "upper": pl.Float64,
+}
 
 
 def fidelity_condition(train_steps: int) -> str:
@@ -77,13 +82,6 @@ def _skipped(section: dict[str, Any], base: dict[str, Any], reason: str, rows: i
     """Quality rows saying that no family was fitted, and why."""
     return [{**base, "family": family, "status": "skipped", "reason": reason, "rows": rows}
             for family in section["families"]]
-
-
-PREDICTION_SCHEMA = {
-    "metric": pl.String, "device": pl.String, "condition": pl.String, "family": pl.String,
-    "arch_id": pl.String, "measured": pl.Float64, "predicted": pl.Float64,
-    "lower": pl.Float64, "upper": pl.Float64,
-}
 
 
 def _fit_families(section: dict[str, Any], X: np.ndarray, y: np.ndarray,

@@ -13,6 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from scipy.stats import kendalltau
 
+from ..perplexity import fully_trained
 from ..search.hypervolume import pareto_mask
 from ..space import Arch
 from .style import (CLOUD_COLOR, DOUBLE_WIDTH, FRONT_COLOR, KIND_COLORS, SINGLE_WIDTH,
@@ -55,8 +56,8 @@ def pareto_fronts(perplexity: pl.DataFrame, measurements: pl.DataFrame, out_stem
                   metric: str = "latency_ms") -> list[Path]:
     """Perplexity (largest ``train_steps``) against a hardware metric of every measured arch,
     Pareto front highlighted; one panel per (device, condition)."""
+    ppl = fully_trained(perplexity).select("arch_id", "perplexity")
     steps = int(perplexity["train_steps"].max())
-    ppl = perplexity.filter(pl.col("train_steps") == steps).select("arch_id", "perplexity")
     table = measured(measurements)
     if not _has_values(table, metric, "pareto_fronts"):
         return []

@@ -9,6 +9,7 @@ import numpy as np
 import polars as pl
 
 from ..io import atomic_write_text
+from ..search.summary import summarize
 from .benchmark import measured
 from .style import algorithm_order
 
@@ -80,15 +81,12 @@ def _mean_std(mean: float | None, std: float | None, decimals: int) -> str:
 def hypervolume_table(final: pl.DataFrame, decimals: int = 4) -> pl.DataFrame:
     """Per (objectives, device, algorithm): runs, final hypervolume and regret as mean ± std
     over seeds, and mean rank; algorithms by mean rank."""
-    stats = (final.group_by("objectives", "device", "algorithm")
-             .agg(runs=pl.len(), hv_mean=pl.col("hypervolume").mean(),
-                  hv_std=pl.col("hypervolume").std(), regret_mean=pl.col("hv_regret").mean(),
-                  regret_std=pl.col("hv_regret").std(), mean_rank=pl.col("rank").mean()))
+    stats = summarize(final)
     order = {a: i for i, a in enumerate(algorithm_order(stats["algorithm"]))}
     rows = [{"objectives": r["objectives"], "device": r["device"], "algorithm": r["algorithm"],
              "runs": r["runs"], "hypervolume": _mean_std(r["hv_mean"], r["hv_std"], decimals),
-             "hv_regret": _mean_std(r["regret_mean"], r["regret_std"], decimals),
-             "mean_rank": r["mean_rank"]}
+             "hv_regret": _mean_std(r["hv_regret_mean"], r["hv_regret_std"], decimals),
+             "mean_rank": r["rank_mean"]}
             for r in stats.iter_rows(named=True)]
     schema = {"objectives": pl.String, "device": pl.String, "algorithm": pl.String,
               "runs": pl.UInt32, "hypervolume": pl.String, "hv_regret": pl.String,

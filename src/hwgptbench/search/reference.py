@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from ..io import atomic_dir, atomic_write_json
+from ..io import atomic_dir, canonical_json
 from .hypervolume import hypervolume, pareto_mask
 from .problem import BATCH, Problem
 
@@ -84,7 +84,7 @@ def save_reference(reference: Reference, front: pl.DataFrame,
                    folder: str | os.PathLike[str]) -> None:
     """Atomically write reference.json and front.parquet into folder."""
     with atomic_dir(folder) as staging:
-        atomic_write_json(staging / REFERENCE, asdict(reference))
+        (staging / REFERENCE).write_text(canonical_json(asdict(reference)))
         front.write_parquet(staging / FRONT)
 
 

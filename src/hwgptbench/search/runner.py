@@ -49,18 +49,23 @@ def seeded(seed: int) -> Iterator[None]:
         torch.set_rng_state(states[2])
 
 
+def execute(evaluator: Evaluator, algorithm: str, seed: int,
+            options: dict[str, Any] | None = None) -> None:
+    """Run algorithm, seeded, against evaluator until its budget ends the run."""
+    search = get_algorithm(algorithm)
+    with seeded(seed):
+        try:
+            search(evaluator, Genome(evaluator.problem.space), seed, dict(options or {}))
+        except BudgetExhausted:
+            pass
+
+
 def run(problem: Problem, reference: Reference, algorithm: str, budget: int, seed: int,
         options: dict[str, Any] | None = None) -> pl.DataFrame:
     """Run algorithm for budget evaluations; the table of its evaluations."""
-    search = get_algorithm(algorithm)
     evaluator = Evaluator(problem, reference, float(budget))
-    genome = Genome(problem.space)
     start = time.perf_counter()
-    with seeded(seed):
-        try:
-            search(evaluator, genome, seed, dict(options or {}))
-        except BudgetExhausted:
-            pass
+    execute(evaluator, algorithm, seed, options)
     elapsed = time.perf_counter() - start
     if evaluator.spent < budget - 1:
         raise RuntimeError(f"{algorithm} stopped after {evaluator.spent:.2f} of {budget} "
