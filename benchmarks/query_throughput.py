@@ -26,17 +26,18 @@ def main() -> None:
     args = parser.parse_args()
     bench = Benchmark.load(args.scale, args.results)
     device = None if args.metric == "perplexity" else bench.devices[0]
+    condition = None if device is None else bench.conditions(device, args.metric)[0]
     pool = bench.sample(min(args.archs, bench.space.size()), seed=0)
     archs = (pool * (args.archs // len(pool) + 1))[:args.archs]
-    bench.query(archs[:10], args.metric, device=device)  # load the model once
+    bench.query(archs[:10], args.metric, device=device, condition=condition)  # load once
     start = time.perf_counter()
-    bench.query(archs, args.metric, device=device)
+    bench.query(archs, args.metric, device=device, condition=condition)
     batched = time.perf_counter() - start
     start = time.perf_counter()
     for arch in archs[:args.singles]:
-        bench.query([arch], args.metric, device=device)
+        bench.query([arch], args.metric, device=device, condition=condition)
     single = (time.perf_counter() - start) / args.singles
-    print(f"{args.metric} on {device or 'any device'}, {bench.family}, "
+    print(f"{args.metric} on {device or 'any device'} {condition or ''}, {bench.family}, "
           f"{torch.get_num_threads()} threads")
     print(f"batched: {args.archs} archs in {batched:.2f} s = {args.archs / batched:,.0f} archs/s")
     print(f"single:  {single * 1e3:.2f} ms per arch = {1 / single:,.0f} archs/s "

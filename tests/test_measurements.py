@@ -25,7 +25,7 @@ FAST = {"warmup": 1, "min_repeats": 5, "max_repeats": 20, "target_rel_ci": 0.02,
 def _section(**overrides: object) -> dict:
     doc = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["measure"]
     doc.update(FAST)
-    doc.update(batch_sizes=[1, 2], seq_lens=[16])
+    doc.update(batch_sizes=[1, 2], seq_lens=[16], dtypes=["fp32"])
     doc.update(overrides)
     return doc
 
@@ -109,7 +109,7 @@ def test_label_of_other_hardware_is_an_error(shakespeare: Path, tmp_path: Path) 
 
 def test_killed_campaign_resumes_with_the_missing_shards_only(project: Path) -> None:
     doc = yaml.safe_load((project / "params.yaml").read_text())
-    doc["measure"].update(FAST)
+    doc["measure"].update(FAST, dtypes=["fp32"])
     doc["sample"]["n_archs"] = 2
     (project / "params.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     label = auto_label(fingerprint(2, default_device()))

@@ -1,18 +1,24 @@
 """Sandwich-rule training of the weight-sharing supernet, with exact checkpoint/resume.
 
 Every step trains the smallest sub-network, ``random_subnets`` uniformly sampled ones and the
-largest one on the same batch, accumulating their gradients, then takes one AdamW step
-(cosine schedule with linear warm-up, gradient clipping). Data windows and sub-networks of
-step ``s`` are drawn from generators seeded by ``(seed, s)``, so the run is a pure function of
-the params and a resumed run continues exactly where a straight one would be.
+largest one on the same batch of ``batch_size`` windows, accumulating their gradients, then
+takes one AdamW step (cosine schedule with linear warm-up, gradient clipping). Data windows and
+sub-networks of step ``s`` are drawn from generators seeded by ``(seed, s)``, so the run is a
+pure function of the params and a resumed run continues exactly where a straight one would be.
 
 At each step of ``snapshots`` the supernet is also saved as it is then
 (``supernet-step-{N}.pt``, the format of ``supernet.pt``): the training-step fidelities at
 which perplexity is evaluated for multi-fidelity search.
 
-Multi-GPU: launch with ``torchrun``; each rank draws its own windows (seeded by its rank),
-all ranks train the same sub-networks, gradients of all but the last (largest) sub-network are
-accumulated under ``no_sync()``, and only rank 0 writes files.
+Multi-GPU: launch with ``torchrun --nproc_per_node K`` (``supernet.processes`` = K in the
+workflow). ``batch_size`` is the global batch: every rank draws the same ``batch_size`` windows
+of the step and takes its own ``batch_size / K`` rows, so with DDP's gradient mean over equal
+per-rank batches the run is the single-process run up to float summation order, and its
+checkpoint resumes under any process count. All ranks train the same sub-networks; gradients
+of all but the last (largest, which uses every parameter) are accumulated under ``no_sync()``.
+Each sub-network's loss is averaged over the ranks before it is recorded, so the loss table is
+that of the global batch. Only rank 0 writes files. On the CPU, torchrun already starts each
+process with one thread (``OMP_NUM_THREADS=1``) unless ``OMP_NUM_THREADS`` is set.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from tqdm import tqdm
 from .data import TokenShards
 from .io import atomic_path, canonical_json
 from .model import SuperGPT
-from .params import ParamsError, snapshot_problems
+from .params import ParamsError, batch_problems, snapshot_problems
 from .space import Arch, SearchSpace
 
 log = logging.getLogger(__name__)
@@ -64,9 +70,11 @@ class TrainConfig:
     device: str
     seed: int
     snapshots: tuple[int, ...] = ()
+    processes: int = 1
 
     def __post_init__(self) -> None:
-        problems = snapshot_problems(self.snapshots, self.steps)
+        problems = (snapshot_problems(self.snapshots, self.steps)
+                    + batch_problems(self.batch_size, self.processes))
         if problems:
             raise ParamsError("invalid supernet params:\n"
                               + "\n".join(f"  - {problem}" for problem in problems))
@@ -108,15 +116,18 @@ class WindowSampler:
         self.weights = lengths / lengths.sum()
         self.block_size = block_size
 
-    def sample(self, rng: np.random.Generator, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x, y), each (batch_size, block_size) int64, y shifted by one token."""
+    def sample(self, rng: np.random.Generator, batch_size: int, rows: slice = slice(None)
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, y), each (rows of the batch, block_size) int64, y shifted by one token.
+
+        ``rows`` keeps only those rows of the ``batch_size`` drawn (a rank's share); the
+        generator draws the whole batch either way, so a row is the same whatever the share.
+        """
         which = rng.choice(len(self.shards), size=batch_size, p=self.weights)
-        rows = []
-        for shard_index in which:
-            shard = self.shards[shard_index]
-            start = int(rng.integers(0, len(shard) - self.block_size))
-            rows.append(np.asarray(shard[start:start + self.block_size + 1], dtype=np.int64))
-        window = torch.from_numpy(np.stack(rows))  # (B, T + 1)
+        starts = [int(rng.integers(0, len(self.shards[i]) - self.block_size)) for i in which]
+        window = torch.from_numpy(np.stack([
+            np.asarray(self.shards[i][start:start + self.block_size + 1], dtype=np.int64)
+            for i, start in zip(which[rows], starts[rows])]))  # (rows, T + 1)
         return window[:, :-1], window[:, 1:]
 
 
@@ -157,8 +168,13 @@ def code_fingerprint() -> str:
 
 
 def run_fingerprint(cfg: TrainConfig, space: SearchSpace, shards: TokenShards) -> str:
-    """Hash of everything a checkpoint depends on; a checkpoint of other inputs is not resumed."""
-    key = {"train": asdict(cfg), "space": space.to_dict(), "name": space.name,
+    """Hash of everything a checkpoint depends on; a checkpoint of other inputs is not resumed.
+
+    The process count is left out: the run does not depend on it, so a checkpoint resumes
+    under another one.
+    """
+    train_params = {k: v for k, v in asdict(cfg).items() if k != "processes"}
+    key = {"train": train_params, "space": space.to_dict(), "name": space.name,
            "code": code_fingerprint(),
            "data": [s["sha256"] for split in shards.manifest["splits"].values()
                     for s in split["shards"]],
@@ -182,6 +198,15 @@ class Distributed:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    def rows(self, batch_size: int) -> slice:
+        """This rank's rows of a global batch of ``batch_size``: an equal share per rank."""
+        if batch_size % self.world_size:
+            raise ValueError(f"supernet.batch_size ({batch_size}) is not divisible by the "
+                             f"{self.world_size} training processes (WORLD_SIZE); launch a "
+                             "number of processes that divides it")
+        share = batch_size // self.world_size
+        return slice(self.rank * share, (self.rank + 1) * share)
 
 
 def save_torch(obj: Any, path: Path) -> None:
@@ -216,6 +241,23 @@ def publish_snapshots(cfg: TrainConfig, fingerprint: str, work_dir: Path, out_di
             path.unlink()
 
 
+def global_mean(values: torch.Tensor, dist: Distributed) -> torch.Tensor:
+    """``values`` averaged over the ranks (as is without torchrun)."""
+    if dist.world_size > 1:
+        values = values.clone()
+        torch.distributed.all_reduce(values)  # gloo has no AVG: sum, then divide
+        values /= dist.world_size
+    return values
+
+
+def step_history(step: int, archs: list[Arch], losses: torch.Tensor, lr: float
+                 ) -> list[dict[str, Any]]:
+    """Loss-table rows of one step: one per sub-network, in training order."""
+    kinds = ["smallest", *["random"] * (len(archs) - 2), "largest"]
+    return [{"step": step, "kind": kind, "arch_id": arch.id, "loss": loss, "lr": lr}
+            for kind, arch, loss in zip(kinds, archs, losses.tolist())]
+
+
 def train(cfg: TrainConfig, space: SearchSpace, shards: TokenShards, out_dir: str | Path,
           work_dir: str | Path, stop_after: int | None = None) -> Path | None:
     """Train (or resume) the supernet; write ``out_dir/supernet.pt``, its snapshots and the loss
@@ -227,6 +269,11 @@ def train(cfg: TrainConfig, space: SearchSpace, shards: TokenShards, out_dir: st
     then.
     """
     dist = Distributed.from_env()
+    rows = dist.rows(cfg.batch_size)
+    if dist.is_main and dist.world_size != cfg.processes:
+        log.warning("training with %d process(es) while supernet.processes is %d: the result "
+                    "is the same up to float rounding; supernet.processes only sets how many "
+                    "the workflow launches", dist.world_size, cfg.processes)
     if dist.world_size > 1 and not torch.distributed.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         torch.distributed.init_process_group(backend)
@@ -266,9 +313,10 @@ def train(cfg: TrainConfig, space: SearchSpace, shards: TokenShards, out_dir: st
     model.train()
     for step in tqdm(range(start, end), initial=start, total=cfg.steps, desc="supernet",
                      unit="step", disable=not dist.is_main, mininterval=2.0):
-        x, y = (t.to(device) for t in sampler.sample(step_rng(cfg.seed, step, 0, dist.rank),
-                                                     cfg.batch_size))
+        x, y = (t.to(device) for t in sampler.sample(step_rng(cfg.seed, step, 0),
+                                                     cfg.batch_size, rows))
         archs = sandwich(space, cfg.random_subnets, cfg.seed, step)
+        losses: list[torch.Tensor] = []
         for i, arch in enumerate(archs):
             model.set_arch(arch)
             last = i == len(archs) - 1
@@ -277,9 +325,9 @@ def train(cfg: TrainConfig, space: SearchSpace, shards: TokenShards, out_dir: st
                 with autocast:
                     _, loss = wrapped(x, y)
                 loss.backward()
-            kind = "smallest" if i == 0 else "largest" if last else "random"
-            history.append({"step": step, "kind": kind, "arch_id": arch.id,
-                            "loss": float(loss.detach()), "lr": scheduler.get_last_lr()[0]})
+            losses.append(loss.detach().float())
+        history.extend(step_history(step, archs, global_mean(torch.stack(losses), dist),
+                                    scheduler.get_last_lr()[0]))
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
         scheduler.step()

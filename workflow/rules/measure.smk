@@ -1,5 +1,11 @@
+# Only the devices this run measures have measure jobs; any other device table is an input.
+MEASURED = "|".join(MEASURED_DEVICES) or "(?!)"
+
+
 rule measure:
     """Measure shard {shard} of the sampled archs on this machine (device {device})."""
+    wildcard_constraints:
+        device=MEASURED,
     input:
         params=lambda wc: [PARAMS["measure"], PARAMS[f"spaces.{wc.scale}"]],
         archs=rules.sample_archs.output[0],
@@ -9,6 +15,8 @@ rule measure:
     params:
         files=params_flags,
     threads: workflow.cores  # alone on the machine: concurrent jobs would distort timings
+    resources:
+        **measure_resources(),  # on a cluster: the node of cluster.devices[{device}]
     log:
         f"{RESULTS}/logs/{{scale}}/measure-{{device}}-{{shard}}.log",
     shell:
@@ -19,6 +27,8 @@ rule measure:
 
 rule measure_device:
     """The measurement table of one device, from its shards."""
+    wildcard_constraints:
+        device=MEASURED,
     input:
         expand(rules.measure.output[0], shard=range(MEASURE_SHARDS), allow_missing=True),
     output:
@@ -30,8 +40,9 @@ rule measure_device:
 
 
 rule measurements:
-    """All device tables of a scale in one table: this machine's and any other present
-    (pulled with DVC or copied into results/{scale}/measure/)."""
+    """All device tables of a scale in one table: those this run measures, those published
+    under devices/{scale}/ and any other present (pulled with DVC or copied into
+    results/{scale}/measure/, which is made when this run measures nothing: a DVC output)."""
     input:
         lambda wc: device_tables(wc.scale),
     output:
@@ -39,4 +50,5 @@ rule measurements:
     log:
         f"{RESULTS}/logs/{{scale}}/measurements.log",
     shell:
-        "hwgptbench merge-measurements --devices --out {output} {input} 2>&1 | tee {log}"
+        "mkdir -p {RESULTS}/{wildcards.scale}/measure && hwgptbench merge-measurements --devices"
+        " --out {output} {input} 2>&1 | tee {log}"

@@ -11,6 +11,8 @@ rule perplexity:
     params:
         files=params_flags,
     threads: workflow.cores  # torch uses every core
+    resources:
+        **gpu_resources(config["perplexity"]["device"], 1),
     log:
         f"{RESULTS}/logs/{{scale}}/perplexity.log",
     shell:

@@ -1,5 +1,12 @@
 SEARCH = config["search"]
-SEARCH_DEVICES = [LOCAL_DEVICE if d == "auto" else d for d in SEARCH["devices"]]
+SEARCH_DEVICES = resolve_devices(SEARCH["devices"])
+for scale in SCALES:
+    missing = sorted(set(SEARCH_DEVICES) - set(device_labels(scale)))
+    if missing:
+        raise WorkflowError(
+            f"search.devices: {missing} of scale {scale} have no measurement table: measure them "
+            f"(workflow.devices) or publish them (devices/{scale}/); devices with a table: "
+            f"{', '.join(device_labels(scale)) or 'none'}")
 
 
 def search_inputs(wildcards):

@@ -12,11 +12,16 @@ rule supernet:
                          step=config["supernet"]["snapshots"], allow_missing=True),
     params:
         files=params_flags,
+        # supernet.processes > 1: one process per GPU under torchrun (batch_size is global)
+        launcher=(f"torchrun --standalone --nproc_per_node {config['supernet']['processes']}"
+                  " -m hwgptbench.cli" if config["supernet"]["processes"] > 1 else "hwgptbench"),
     threads: workflow.cores  # torch uses every core
+    resources:
+        **gpu_resources(config["supernet"]["device"], config["supernet"]["processes"]),
     log:
         f"{RESULTS}/logs/{{scale}}/supernet.log",
     shell:
-        "hwgptbench train --scale {wildcards.scale} {params.files} --data {input.data}"
+        "{params.launcher} train --scale {wildcards.scale} {params.files} --data {input.data}"
         " --out $(dirname {output.model}) --work-dir {RESULTS}/{wildcards.scale}/.train"
         " 2>&1 | tee {log}"
 

@@ -54,7 +54,14 @@ def analytic_counts(space: SearchSpace, encoded: np.ndarray, vocab_size: int, ba
 def feature_matrix(space: SearchSpace, archs: Sequence[Arch], vocab_size: int, batch_size: int,
                    seq_len: int) -> np.ndarray:
     """float32 features (n, len(feature_names(space))) of archs for one measurement condition."""
-    encoded = space.encode(archs)
+    return features_of_encoded(space, space.encode(archs), vocab_size, batch_size, seq_len)
+
+
+def features_of_encoded(space: SearchSpace, encoded: np.ndarray, vocab_size: int,
+                        batch_size: int, seq_len: int) -> np.ndarray:
+    """:func:`feature_matrix` from the rows of ``space.encode(archs)`` (the leading columns of
+    any feature matrix), e.g. to re-derive the features of another condition."""
+    encoded = np.asarray(encoded, dtype=np.float32)
     n_params, flops = analytic_counts(space, encoded, vocab_size, batch_size, seq_len)
     analytic = np.column_stack([np.log(n_params), np.log(flops)]).astype(np.float32)
     return np.concatenate([encoded, analytic], axis=1)

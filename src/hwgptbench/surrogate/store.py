@@ -30,6 +30,7 @@ FEATURE_ARGS = ("vocab_size", "batch_size", "seq_len")
 FAMILIES = {
     "lightgbm": ("hwgptbench.surrogate.lightgbm_model", "LightGBMSurrogate"),
     "mlp_ensemble": ("hwgptbench.surrogate.mlp", "MLPEnsembleSurrogate"),
+    "adapted": ("hwgptbench.transfer.model", "AdaptedSurrogate"),  # `hwgptbench adapt`
 }
 
 

@@ -1,0 +1,265 @@
+"""Few-shot transfer: determinism, the k = all limit, no leakage from the held-out target, clear
+errors, `hwgptbench adapt` + queries on the new device, and the rule and figure wiring."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import yaml
+
+from conftest import REPO_ROOT, make_project, run
+from hwgptbench import Benchmark, cli, params
+from hwgptbench.figures.transfer import transfer_quality, transfer_table
+from hwgptbench.space import Arch, SearchSpace
+from hwgptbench.surrogate.features import analytic_counts
+from hwgptbench.surrogate.quality import fold_indices
+from hwgptbench.transfer import TransferError, evaluate, summarize
+from hwgptbench.transfer.adapt import adapt_device
+from hwgptbench.transfer.evaluate import (Case, adapt_predictions, held_out_case, scores,
+                                         source_indices)
+from hwgptbench.transfer.methods import make_method
+from hwgptbench.transfer.selection import SelectionError, select
+from hwgptbench.transfer.sources import condition_features, cross_fitted
+from hwgptbench.transfer.targets import Profiles, long_table
+
+CONFIG = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+SPACE = SearchSpace.from_dict("tiny", CONFIG["spaces"]["tiny"])
+VOCAB = 512
+# (device, hardware, batch, seq, dtype, per-layer overhead ms, ms per GFLOP, ms per M params)
+TARGETS = [("cpu-a-1t", "CPU A", 1, 128, "fp32", 0.10, 8.0, 0.5),
+           ("cpu-a-1t", "CPU A", 4, 128, "fp32", 0.10, 7.0, 0.5),
+           ("cpu-a-1t", "CPU A", 1, 32, "bf16", 0.20, 5.0, 1.5),
+           ("cpu-a-2t", "CPU A", 1, 128, "fp32", 0.15, 4.5, 0.4),
+           ("cpu-a-2t", "CPU A", 4, 32, "fp32", 0.15, 4.0, 0.4),
+           ("gpu-b", "GPU B", 1, 128, "fp32", 0.30, 0.2, 0.05)]
+SECTION = {**CONFIG["transfer"], "metrics": ["latency_ms"], "ks": [2, 10], "seeds": 2,
+           "min_test": 10, "folds": 3,
+           "source_model": {"num_iterations": 60, "num_leaves": 7, "min_data_in_leaf": 3},
+           "boost": {**CONFIG["transfer"]["boost"], "num_iterations": 30}}
+
+
+def synthetic_measurements(n: int = 60, targets: list[tuple] = TARGETS) -> pl.DataFrame:
+    """Device tables whose latency is a per-layer overhead plus FLOPs and parameter terms,
+    weighted per target, with 2% noise."""
+    archs = SPACE.sample(n, seed=3)
+    encoded = SPACE.encode(archs)
+    rng = np.random.default_rng(0)
+    tables = []
+    for device, hardware, batch, seq, dtype, overhead, per_gflop, per_mparam in targets:
+        params_, flops = analytic_counts(SPACE, encoded, VOCAB, batch, seq)
+        latency = (overhead * encoded[:, 1] + per_gflop * flops / 1e9
+                   + per_mparam * params_ / 1e6) * rng.lognormal(0, 0.02, n)
+        tables.append(pl.DataFrame({
+            "device": device, "device_name": hardware, "arch_id": [a.id for a in archs],
+            "batch_size": batch, "seq_len": seq, "dtype": dtype, "launch": "eager",
+            "status": "ok", "latency_ms": latency, "energy_mj": None},
+            schema_overrides={"energy_mj": pl.Float64}))
+    return pl.concat(tables)
+
+
+@pytest.fixture(scope="module")
+def measurements() -> pl.DataFrame:
+    return synthetic_measurements()
+
+
+@pytest.fixture(scope="module")
+def quality(measurements: pl.DataFrame) -> pl.DataFrame:
+    return evaluate(measurements, SPACE, VOCAB, SECTION)
+
+
+def test_evaluation_covers_every_target_method_and_baseline(quality: pl.DataFrame) -> None:
+    assert set(quality["hold_out"]) == {"target", "device"}
+    ok = quality.filter(pl.col("status") == "ok", pl.col("hold_out") == "target")
+    assert ok.filter(pl.col("method") == "full_surrogate").height == len(TARGETS)
+    per_target = ok.filter(pl.col("k") == 10).group_by("device", "condition").agg(
+        pl.col("method").unique().sort())
+    assert per_target.height == len(TARGETS)
+    expected = sorted([*SECTION["methods"], "flops", "params", "nearest_source"])
+    assert all(sorted(m) == expected for m in per_target["method"])
+    # one designed selection and `seeds` random ones per (target, k, method)
+    counts = ok.filter(pl.col("method") == "meta_ridge").group_by("selection").len()
+    assert dict(counts.iter_rows()) == {"designed": len(TARGETS) * 2,
+                                        "random": len(TARGETS) * 2 * SECTION["seeds"]}
+    gpu = ok.filter(pl.col("device") == "gpu-b").row(0, named=True)
+    assert (gpu["hardware"], gpu["sources"], gpu["sources_same_hardware"]) == ("GPU B", 5, 0)
+    # holding out the device: none of cpu-a-1t's conditions is a source of another
+    new_device = quality.filter(pl.col("hold_out") == "device", pl.col("device") == "cpu-a-1t")
+    assert set(new_device["sources"]) == {3} and set(new_device["sources_same_hardware"]) == {2}
+    # the learned transfer beats the proxies on ±10% here, where all targets share a structure
+    summary = summarize(quality, [10]).filter(pl.col("selection") != "random",
+                                              pl.col("hold_out") == "target")
+    within = dict(summary.select("method", "within_10pct_median").iter_rows())
+    assert within["meta_ridge"] > max(within["flops"], within["params"]) + 0.2
+
+
+def test_adaptation_is_deterministic(measurements: pl.DataFrame, quality: pl.DataFrame) -> None:
+    again = evaluate(measurements, SPACE, VOCAB, SECTION)
+    assert again.equals(quality)
+
+
+def test_with_k_all_archs_adaptation_matches_the_full_surrogate(
+        measurements: pl.DataFrame) -> None:
+    """Adapted from all of a target's archs outside a fold (k = all), a method predicts the
+    fold as well as the per-target surrogate cross-validated on the same folds."""
+    profiles = Profiles.from_long(long_table(measurements, ["latency_ms"]))
+    encoded = SPACE.encode([Arch.from_id(a) for a in profiles.arch_ids])
+    oof = cross_fitted(profiles, encoded, SPACE, VOCAB, SECTION["source_model"], 3, 0)
+    for j in range(len(profiles.targets)):
+        _, case = _case(measurements, j)
+        full = scores(np.exp(case.z), np.exp(oof[case.rows, j]))
+        for name in ("meta_ridge", "boost"):
+            method = make_method(name, SECTION)
+            method.prepare(case.reference)
+            predicted = np.empty(len(case.z))
+            for held_out in fold_indices(len(case.z), 3, 0):
+                train = np.setdiff1d(np.arange(len(case.z)), held_out)
+                predicted[held_out] = adapt_predictions(case, method, train)[held_out]
+            adapted = scores(np.exp(case.z), np.exp(predicted))
+            assert adapted["spearman"] >= full["spearman"] - 0.02, (name, j, adapted, full)
+            assert adapted["within_10pct"] >= full["within_10pct"] - 0.05, (name, j)
+
+
+def _case(measurements: pl.DataFrame, j: int) -> tuple[Profiles, Case]:
+    """Target j of the table held out, as the evaluation holds it out."""
+    profiles = Profiles.from_long(long_table(measurements, ["latency_ms"]))
+    encoded = SPACE.encode([Arch.from_id(a) for a in profiles.arch_ids])
+    features = condition_features(SPACE, encoded, VOCAB, profiles.targets)
+    oof = cross_fitted(profiles, encoded, SPACE, VOCAB, SECTION["source_model"], 3, 0)
+    return profiles, held_out_case(profiles, oof, features[j], j,
+                                   source_indices(profiles, j, "target"))
+
+
+def test_leave_one_target_out_never_sees_the_held_out_values(
+        measurements: pl.DataFrame) -> None:
+    """Replacing the held-out target's values outside its k measured archs by noise changes no
+    prediction of any method; the noise itself cannot be predicted."""
+    j, k = 3, 10
+    profiles, case = _case(measurements, j)
+    target = profiles.targets[j]
+    chosen = select("designed", case.design.features, k)
+    keep = {profiles.arch_ids[case.rows[i]] for i in chosen}
+    rng = np.random.default_rng(7)
+    is_target = ((pl.col("device") == target.device) & (pl.col("batch_size") == target.batch_size)
+                 & (pl.col("seq_len") == target.seq_len) & (pl.col("dtype") == target.dtype))
+    scrambled = measurements.with_columns(latency_ms=pl.when(
+        is_target & ~pl.col("arch_id").is_in(list(keep))).then(
+        pl.lit(rng.uniform(1, 100, measurements.height))).otherwise(pl.col("latency_ms")))
+    _, noisy = _case(scrambled, j)
+    assert not np.allclose(noisy.z, case.z)  # the target's own values did change
+    for name in SECTION["methods"]:
+        clean_method, noisy_method = (make_method(name, SECTION) for _ in range(2))
+        clean_method.prepare(case.reference)
+        noisy_method.prepare(noisy.reference)
+        clean = adapt_predictions(case, clean_method, chosen)
+        assert np.array_equal(clean, adapt_predictions(noisy, noisy_method, chosen)), name
+        test = np.setdiff1d(np.arange(len(case.z)), chosen)
+        leaked = np.corrcoef(clean[test], noisy.z[test])[0, 1]
+        assert abs(leaked) < 0.4, (name, leaked)  # a leaking method would track the noise
+
+
+def test_a_single_target_gives_an_empty_table_with_the_reason() -> None:
+    one = synthetic_measurements(30, TARGETS[:1])
+    table = evaluate(one, SPACE, VOCAB, SECTION)
+    assert table.height == 1 and table["status"][0] == "skipped"
+    assert "1 measured target" in table["reason"][0] and "at least 2" in table["reason"][0]
+    assert summarize(table).is_empty()
+    assert transfer_table(summarize(table), table)["reason"][0] == table["reason"][0]
+
+
+def test_k_beyond_the_measured_archs_is_a_clear_error(measurements: pl.DataFrame,
+                                                      tmp_path: Path) -> None:
+    new = measurements.filter(pl.col("device") == "gpu-b").head(7)
+    sources = measurements.filter(pl.col("device") != "gpu-b")
+    with pytest.raises(TransferError, match=r"7 measured archs, fewer than k = 10"):
+        adapt_device(SECTION, SPACE, VOCAB, sources, new, "gpu-b", 10, tmp_path)
+    with pytest.raises(SelectionError, match="12 archs to measure, but only 5 candidates"):
+        select("random", np.zeros((5, 19)), 12)
+
+
+def test_cli_adapt_from_a_file_then_query_the_new_device(
+        measurements: pl.DataFrame, shakespeare: Path, tmp_path: Path) -> None:
+    table = measurements
+    results = tmp_path / "results"
+    (results / "tiny").mkdir(parents=True)
+    table.filter(pl.col("device") != "gpu-b").write_parquet(results / "tiny" /
+                                                             "measurements.parquet")
+    new_file = tmp_path / "new.parquet"
+    table.filter(pl.col("device") == "gpu-b").write_parquet(new_file)
+    code = cli.main(["adapt", "--params", str(REPO_ROOT / "params.yaml"), "--scale", "tiny",
+                     "--results", str(results), "--device", "my-gpu", "--k", "10",
+                     "--measurements", str(new_file), "--data", str(shakespeare)])
+    assert code == 0
+    bench = Benchmark.load("tiny", results)
+    assert bench.devices == ["my-gpu"]
+    condition = "b1-t128-fp32-eager"
+    archs = bench.sample(50, seed=1)
+    predicted = bench.query(archs, "latency_ms", device="my-gpu", condition=condition,
+                            return_interval=True)
+    assert predicted["latency_ms"].is_finite().all() and (predicted["latency_ms"] > 0).all()
+    assert (predicted["latency_ms_lo"] < predicted["latency_ms"]).all()
+    measured = bench.query(table["arch_id"].head(60).to_list(), "latency_ms", device="my-gpu",
+                           condition=condition, mode="measured")
+    assert measured["latency_ms"].null_count() == 0  # the rows given are the measured values
+    out = tmp_path / "q.csv"
+    run(["hwgptbench", "query",
+         "--scale", "tiny", "--results", str(results), "--device", "my-gpu", "--metric",
+         "latency_ms", "--condition", condition, "--arch", archs[0].id, "--out", str(out)],
+        tmp_path)
+    assert pl.read_csv(out)["latency_ms"][0] == pytest.approx(predicted["latency_ms"][0])
+
+
+def test_cli_adapt_measures_k_archs_on_this_machine(
+        measurements: pl.DataFrame, shakespeare: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --measurements, adapt measures k archs through the measurement stage's code,
+    under the label of this machine (a label naming other hardware is refused)."""
+    results = tmp_path / "results"
+    (results / "tiny").mkdir(parents=True)
+    measurements.write_parquet(results / "tiny" / "measurements.parquet")
+    pl.DataFrame({"arch_id": [a.id for a in SPACE.sample(20, seed=5)]}).write_parquet(
+        results / "tiny" / "archs.parquet")
+    quick = {**CONFIG["measure"], "batch_sizes": [1], "seq_lens": [32], "dtypes": ["fp32"],
+             "warmup": 0, "min_repeats": 3, "max_repeats": 3, "max_seconds": 0.01,
+             "memory": False}
+    overlay = tmp_path / "quick.yaml"
+    overlay.write_text(yaml.safe_dump({"measure": quick}))
+    args = ["adapt", "--params", str(REPO_ROOT / "params.yaml"), "--params", str(overlay),
+            "--scale", "tiny", "--results", str(results), "--k", "4", "--data",
+            str(shakespeare)]
+    assert cli.main([*args, "--device", "some-gpu"]) == 2
+    assert "does not match the detected hardware" in capsys.readouterr().err
+    assert cli.main([*args, "--device", "auto"]) == 0
+    bench = Benchmark.load("tiny", results)
+    (label,) = bench.devices
+    table = pl.read_parquet(results / "tiny" / "adapted" / label / "measurements.parquet")
+    assert table.height == 4 and (table["latency_ms"] > 0).all()
+    assert bench.query(bench.sample(5), "latency_ms", device=label)["latency_ms"].is_finite().all()
+
+
+def test_transfer_params_are_checked_across_fields() -> None:
+    doc = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    doc["transfer"]["report_k"] = 7
+    with pytest.raises(params.ParamsError, match=r"transfer.report_k: 7 is not one of "
+                                                 r"transfer.ks"):
+        params.validate(doc)
+
+
+def test_figure_and_table_of_a_small_evaluation(quality: pl.DataFrame, tmp_path: Path) -> None:
+    paths = transfer_quality(quality, tmp_path / "transfer_quality")
+    assert [p.suffix for p in paths] == [".png", ".svg"] and all(p.stat().st_size for p in paths)
+    first = paths[0].read_bytes()
+    transfer_quality(quality, tmp_path / "transfer_quality")
+    assert paths[0].read_bytes() == first
+    table = transfer_table(summarize(quality, [10]), quality)
+    assert {"basis", "full_surrogate", "flops"} <= set(table["method"])
+
+
+def test_snakemake_plans_the_transfer_rule(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    out = run(["snakemake", "-n", "results/tiny/transfer/quality.parquet"], project).stdout
+    assert "rule transfer:" in out
+    out = run(["snakemake", "-n", "results/tiny/figures/transfer_quality.png"], project).stdout
+    assert "rule transfer:" in out and "rule figures_of_scale:" in out

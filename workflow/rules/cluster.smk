@@ -1,0 +1,66 @@
+"""Resources that place jobs on a cluster, from params (docs/cluster.md).
+
+Cluster executors turn them into scheduler options (workflow/profiles/slurm: sbatch); local
+runs ignore them. A resource a rule sets here replaces the profile's default-resources value
+for it, and the profile's set-resources replace both.
+"""
+
+from collections.abc import Callable
+
+from snakemake.iocontainers import InputFiles, Wildcards
+from snakemake.resources import Resources
+
+# cluster.devices field -> the resource snakemake-executor-plugin-slurm passes to sbatch as
+PLACEMENT = {
+    "partition": "slurm_partition",  # --partition
+    "constraint": "constraint",  # --constraint
+    "gpus": "gpu",  # --gpus
+    "runtime": "runtime",  # --time, minutes
+    "mem_mb": "mem_mb",  # --mem
+}
+# What a resource function returns to request nothing: None, but a size must be a number (the
+# plugin passes --mem for a positive mem_mb only).
+NO_REQUEST = {"mem_mb": 0}
+
+
+def default_resource(name: str, rule: str, wildcards: Wildcards, input: InputFiles,
+                     threads: int, attempt: int) -> object:
+    """What --default-resources (a profile's default-resources) gives resource `name` for a job
+    of `rule`; None when it gives nothing. A rule's resource function replaces the default even
+    when it returns None, so it asks here to fall back to it."""
+    defaults = workflow.resource_settings.default_resources
+    if not defaults or name not in defaults:
+        return None
+    resource = Resources.from_mapping(defaults)[name]
+    return resource.evaluate(wildcards, input=input, threads=threads, attempt=attempt,
+                             rulename=rule, async_run=workflow.async_run).value
+
+
+def device_placement(field: str) -> Callable[..., object]:
+    """A resource function: the `field` of cluster.devices for the job's {device}, else the
+    default resource (a device without an entry is placed like any other job)."""
+
+    def value(wildcards: Wildcards, input: InputFiles, threads: int, attempt: int) -> object:
+        entry = config["cluster"]["devices"].get(wildcards.device, {})
+        if field in entry:
+            return entry[field]
+        name = PLACEMENT[field]
+        default = default_resource(name, "measure", wildcards, input, threads, attempt)
+        return NO_REQUEST.get(name) if default is None else default
+
+    return value
+
+
+def measure_resources() -> dict[str, object]:
+    """Resources of a measure job: measure.threads CPUs (the threads it times with), and the
+    placement cluster.devices gives its device, for each field some device entry sets."""
+    fields = {field for entry in config["cluster"]["devices"].values() for field in entry}
+    resources = {PLACEMENT[f]: device_placement(f) for f in PLACEMENT if f in fields}
+    resources["cpus_per_task"] = config["measure"]["threads"]
+    return resources
+
+
+def gpu_resources(device: str, gpus: int) -> dict[str, int]:
+    """`gpu` for a job whose params device (auto | cpu | cuda) is `device`: `gpus` GPUs unless it
+    is cpu (auto asks for them: on a node without a GPU it would silently train on the CPU)."""
+    return {} if device == "cpu" else {"gpu": gpus}

@@ -1,0 +1,18 @@
+rule transfer:
+    """Leave-one-target-out quality of few-shot transfer of the hardware surrogates of a scale:
+    every measured (device, condition) held out in turn, adapted from k of its archs."""
+    input:
+        params=lambda wc: [PARAMS["transfer"], PARAMS[f"spaces.{wc.scale}"]],
+        data=DATA_DIR,
+        measurements=rules.measurements.output[0],
+    output:
+        quality=f"{RESULTS}/{{scale}}/transfer/quality.parquet",
+        summary=f"{RESULTS}/{{scale}}/transfer/summary.parquet",
+    params:
+        files=params_flags,
+    log:
+        f"{RESULTS}/logs/{{scale}}/transfer.log",
+    shell:
+        "hwgptbench transfer --scale {wildcards.scale} {params.files} --data {input.data}"
+        " --measurements {input.measurements} --out {output.quality}"
+        " --summary-out {output.summary} 2>&1 | tee {log}"
