@@ -18,6 +18,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from hwgptbench.measure import (
+    CONDITION_KEYS,
     Condition,
     DeviceMismatchError,
     RaplMeter,
@@ -58,7 +59,7 @@ S = SearchSpace.from_dict("s", {
     "mlp_ratio": [2, 3, 4], "bias": [True, False], "head_size": 64, "block_size": 1024,
     "rotary_fraction": 0.5})
 ROW_COLUMNS = [
-    "arch_id", "batch_size", "seq_len", "dtype", "launch", "params", "flops", "threads",
+    "arch_id", *CONDITION_KEYS, "params", "flops", "threads",
     "status", "reason", *LATENCY_FIELDS, "energy_mj", "energy_window_s", "energy_calls",
     "energy_source", "energy_reason", "memory_weights_mb", "memory_peak_mb",
     "memory_activations_mb", "memory_reason",

@@ -18,8 +18,8 @@ from conftest import make_project, run
 
 NOTHING_TO_DO = "Nothing to be done"
 ALL_STAGES = {"data", "supernet", "sample_archs", "perplexity", "measure", "measure_device",
-              "measurements", "surrogates_perplexity", "surrogates_device", "surrogate_quality",
-              "search_reference", "search", "search_summary", "figures_of_scale"}
+              "measurements", "runtime", "runtime_merged", "surrogates_perplexity", "surrogates_device", "surrogate_quality",
+              "search_reference", "search", "search_summary", "figures_of_scale", "transfer"}
 SEARCH_AND_FIGURES = {"search_reference", "search", "search_summary", "figures_of_scale"}
 # The whole workflow, small enough for a test.
 FAST = {"supernet.steps": 3, "supernet.batch_size": 2, "supernet.checkpoint_every": 2,
@@ -29,16 +29,19 @@ FAST = {"supernet.steps": 3, "supernet.batch_size": 2, "supernet.checkpoint_ever
         "measure.max_seconds": 0.2, "measure.energy_window_s": 0.2, "measure.memory": False,
         "sample.n_archs": 6, "surrogate.families": ["lightgbm"], "surrogate.min_rows": 4,
         "surrogate.folds": 2, "search.budget": 6, "search.seeds": 1,
-        "search.reference_archs": 500, "search.options.bo": {"initial": 3, "candidates": 20}}
+        "search.reference_archs": 500, "search.options.bo": {"initial": 3, "candidates": 20},
+        "runtime.n_archs": 4, "runtime.warmup": 1, "runtime.min_repeats": 3,
+        "runtime.max_repeats": 6, "runtime.max_seconds": 0.05,
+        "runtime.breakdown": {"n_archs": 1, "repeats": 2}}
 
 
 def dvc_status(repo: Path) -> dict:
     return json.loads(run(["dvc", "status", "--json"], repo).stdout or "{}")
 
 
-def snakemake_jobs(repo: Path) -> set[str]:
-    """Rules Snakemake would run now (dry run), 'all' excluded."""
-    out = run(["snakemake", "-n"], repo).stdout
+def snakemake_jobs(repo: Path, *targets: str) -> set[str]:
+    """Rules Snakemake would run now to make targets (default: all; dry run), 'all' excluded."""
+    out = run(["snakemake", "-n", *targets], repo).stdout
     if NOTHING_TO_DO in out:
         return set()
     table = out.split("Job stats:")[1].strip().split("\n\n")[0]
@@ -82,10 +85,11 @@ def pushed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
-def fresh_clone(pushed: Path, dest: Path) -> Path:
-    run(["git", "clone", "-q", str(pushed), str(dest)], pushed.parent)
-    run(["dvc", "remote", "modify", "--local", "local", "url", str(pushed.parent / "remote")],
-        dest)
+def fresh_clone(source: Path, dest: Path, remote: Path | None = None) -> Path:
+    """A git clone of ``source`` using the DVC remote ``remote`` (default: source's sibling)."""
+    run(["git", "clone", "-q", str(source), str(dest)], source.parent)
+    remote = remote or source.parent / "remote"
+    run(["dvc", "remote", "modify", "--local", "local", "url", str(remote)], dest)
     return dest
 
 
@@ -169,3 +173,54 @@ def test_corrupted_remote_object_is_refused(pushed: Path, tmp_path: Path) -> Non
     result = run(["dvc", "pull"], repo, check=False)
     assert result.returncode != 0
     assert not (repo / "results" / "data" / "shakespeare" / "train_000.bin").exists()
+
+
+def device_label(repo: Path) -> str:
+    """The label this machine's tables are filed under with the repo's params."""
+    return run(["hwgptbench", "devices", "--label"], repo).stdout.strip()
+
+
+def test_campaign_over_two_devices_merges_without_remeasuring(pushed: Path, tmp_path: Path
+                                                              ) -> None:
+    """Machines A and B each measure and publish their device table; a third clone pulls both
+    and fits surrogates for both without measuring anything (docs/measure.md)."""
+    machine_a = fresh_clone(pushed, tmp_path / "a")
+    run(["hwgptbench", "pull"], machine_a)
+    label_a = device_label(machine_a)
+    out = run(["hwgptbench", "publish-device", "--scale", "tiny"], machine_a).stdout
+    assert f"published {label_a}" in out
+    pointer_a = machine_a / "devices" / "tiny" / f"{label_a}.parquet.dvc"
+    run(["git", "add", str(pointer_a), str(pointer_a.parent / ".gitignore")], machine_a)
+    run(["git", "commit", "-qm", f"measurements of {label_a}"], machine_a)
+
+    remote = pushed.parent / "remote"
+    machine_b = fresh_clone(machine_a, tmp_path / "b", remote)
+    run(["hwgptbench", "pull"], machine_b, check=False)  # A's new table: measure@tiny is stale
+    set_param(machine_b, ["measure", "threads"], 1)  # what a different machine would measure
+    label_b = device_label(machine_b)
+    assert label_b != label_a
+    unmeasured = run(["hwgptbench", "publish-device", "--scale", "tiny"], machine_b, check=False)
+    assert unmeasured.returncode != 0 and "measure the device first" in unmeasured.stderr
+    table_b = f"results/tiny/measure/{label_b}.parquet"
+    assert snakemake_jobs(machine_b, table_b) == {"measure", "measure_device"}
+    run(["snakemake", table_b], machine_b)
+    run(["hwgptbench", "publish-device", "--scale", "tiny"], machine_b)
+    run(["git", "checkout", "params.yaml"], machine_b)
+    run(["git", "add", "devices"], machine_b)
+    run(["git", "commit", "-qm", f"measurements of {label_b}"], machine_b)
+
+    third = fresh_clone(machine_b, tmp_path / "c", remote)
+    set_param(third, ["workflow", "devices"], [])  # measure nothing here
+    result = run(["hwgptbench", "pull"], third, check=False)
+    assert result.returncode == 2 and "measure@tiny" in result.stderr  # new tables: stale
+    assert (third / "devices" / "tiny" / f"{label_b}.parquet").exists()
+    planned = snakemake_jobs(third)
+    assert not planned & {"measure", "measure_device", "supernet", "perplexity", "data"}
+    assert {"measurements", "surrogates_device", "figures_of_scale"} <= planned
+    run(["dvc", "repro"], third)
+    merged = pl.read_parquet(third / "results" / "tiny" / "measurements.parquet")
+    assert set(merged["device"]) == {label_a, label_b}
+    assert (third / "results" / "tiny" / "surrogates" / "devices" / label_b).is_dir()
+    assert not (third / "results" / "tiny" / ".measure").exists()  # nothing was measured
+    assert label_b in (third / "results" / "tiny" / "tables" / "devices.csv").read_text()
+    assert snakemake_jobs(third) == set() and dvc_status(third) == {}

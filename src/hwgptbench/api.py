@@ -3,7 +3,14 @@
     from hwgptbench import Benchmark
     bench = Benchmark.load("tiny")
     archs = bench.sample(1000, seed=0)
-    table = bench.query(archs, ["perplexity", "latency_ms"], device=bench.devices[0])
+    table = bench.query(archs, ["perplexity", "latency_ms"], device=bench.devices[0],
+                        condition="b1-t128-fp32-eager")
+    bench.query(archs, "latency_ms", device=bench.devices[0],
+                condition={"workload": "decode", "dtype": "bf16"})
+
+A condition is an id or a dict of condition fields (:class:`~hwgptbench.measure.Condition`):
+fields left out match any shape (batch, length, dtype, launch, gen_len) and the default of each
+runtime option (attention, quant, compile, recompute); it must match exactly one condition.
 
 One surrogate call per metric for the whole batch of archs; ``mode="measured"`` returns the
 measured values where an arch was measured and null elsewhere. ``fidelity=N`` asks for
@@ -15,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,10 +34,14 @@ from .space import Arch, SearchSpace
 from .surrogate import Surrogate
 from .surrogate.features import feature_matrix
 from .surrogate.store import METADATA, load_surrogate
-from .surrogates import ANY, CONDITION_KEYS, condition_id
+from .measure.condition import CONDITION_KEYS, DEFAULTS, SHAPE_KEYS, Condition
+from .surrogates import ANY, with_condition_columns
 
 PERPLEXITY = "perplexity"
 MODES = ("surrogate", "measured")
+# results/{scale}/adapted/{device}/: surrogates of devices adapted from a few measured archs
+# (`hwgptbench adapt`, family "adapted") and those archs' measurements
+ADAPTED = "adapted"
 
 
 class QueryError(ValueError):
@@ -60,10 +71,16 @@ class Benchmark:
     @classmethod
     def load(cls, scale: str = "tiny", results_dir: str | os.PathLike[str] = "results",
              family: str = "lightgbm") -> Benchmark:
-        """The benchmark of ``scale`` from ``results_dir`` (surrogates, measurements, perplexity)."""
+        """The benchmark of ``scale`` from ``results_dir`` (surrogates, measurements, perplexity).
+
+        Devices adapted with `hwgptbench adapt` (``{scale}/adapted/``) are queried through their
+        adapted surrogate wherever ``family`` has no surrogate of their (metric, condition).
+        """
         root = Path(results_dir) / scale
         rows = []
-        for path in sorted((root / "surrogates").glob(f"**/{METADATA}")):
+        paths = [*(root / "surrogates").glob(f"**/{METADATA}"), *(root / ADAPTED).glob(
+            f"**/{METADATA}")]
+        for path in sorted(paths):
             meta = json.loads(path.read_text())
             rows.append({"metric": meta["metric"], "device": meta["device"],
                          "condition": meta["condition"], "family": meta["family"],
@@ -80,14 +97,22 @@ class Benchmark:
         if spaces.height != 1:
             raise QueryError(f"surrogates under {root} disagree on the search space: "
                              f"{spaces['space_name'].to_list()}")
-        _choose("surrogate family", family, sorted(index["family"].unique()))
+        fitted = sorted(set(index["family"]) - {ADAPTED})
+        if fitted:  # adapted surrogates fill in under any family
+            _choose("surrogate family", family, fitted)
         space = SearchSpace.from_dict(spaces["space_name"][0], json.loads(spaces["space"][0]))
-
-        def table(name: str) -> pl.DataFrame | None:
-            return pl.read_parquet(root / name) if (root / name).exists() else None
-
-        return cls(scale, space, index.filter(pl.col("family") == family).drop("space"),
-                   family, table("measurements.parquet"), table("perplexity.parquet"))
+        chosen = index.filter(pl.col("family") == family)
+        adapted = index.filter(pl.col("family") == ADAPTED).join(
+            chosen, on=["metric", "device", "condition"], how="anti")
+        measured = [pl.read_parquet(p) for p in [root / "measurements.parquet",
+                                                 *sorted((root / "runtime").glob("*.parquet")),
+                                                 *sorted((root / ADAPTED).glob("*/*.parquet"))]
+                    if p.exists()]
+        perplexity = root / "perplexity.parquet"
+        return cls(scale, space, pl.concat([chosen, adapted]).drop("space"), family,
+                   with_condition_columns(pl.concat(measured, how="diagonal_relaxed"))
+                   if measured else None,
+                   pl.read_parquet(perplexity) if perplexity.exists() else None)
 
     @property
     def devices(self) -> list[str]:
@@ -106,7 +131,8 @@ class Benchmark:
         return sorted(self.index["train_steps"].drop_nulls().unique())
 
     def conditions(self, device: str, metric: str = "latency_ms") -> list[str]:
-        """Condition ids (``b{batch}-t{seq}-{dtype}-{launch}``) of a device and metric."""
+        """Condition ids (``b{batch}-t{seq}-{dtype}-{launch}`` and runtime options) of a
+        device and metric."""
         rows = self.index.filter((pl.col("device") == device) & (pl.col("metric") == metric))
         return sorted(rows["condition"])
 
@@ -114,8 +140,10 @@ class Benchmark:
         """n distinct archs drawn uniformly from the space."""
         return self.space.sample(n, seed)
 
-    def _entry(self, metric: str, device: str | None, condition: str | None,
+    def _entry(self, metric: str, device: str | None, condition: str | Mapping[str, Any] | None,
                fidelity: int | None) -> dict[str, Any]:
+        if isinstance(condition, Mapping) and metric != PERPLEXITY:
+            condition = self._condition_matching(condition, device, metric)
         key = (metric, device, condition, fidelity if metric == PERPLEXITY else None)
         if key not in self._entries:
             self._entries[key] = self._find_entry(*key)
@@ -142,6 +170,29 @@ class Benchmark:
         return self.index.filter((pl.col("metric") == metric) & (pl.col("device") == device)
                                  & (pl.col("condition") == condition)).row(0, named=True)
 
+    def _condition_matching(self, fields: Mapping[str, Any], device: str | None,
+                            metric: str) -> str:
+        """The one condition id of device and metric that has the given fields (options left
+        out take their defaults; shapes left out match any)."""
+        unknown = set(fields) - set(CONDITION_KEYS)
+        if unknown:
+            raise QueryError(f"unknown condition fields {sorted(unknown)}; "
+                             f"available: {', '.join(CONDITION_KEYS)}")
+        if device is None:
+            raise QueryError(f"metric {metric!r} needs a device; available: "
+                             f"{', '.join(self.devices)}")
+        _choose("device", device, self.devices)
+        wanted = {k: v for k, v in DEFAULTS.items() if k not in SHAPE_KEYS and k != "gen_len"}
+        wanted |= fields
+        ids = self.conditions(device, metric)
+        found = [i for i in ids
+                 if all(Condition.from_id(i).as_dict()[k] == v for k, v in wanted.items())]
+        if len(found) != 1:
+            raise QueryError(f"condition {dict(fields)} matches {len(found)} conditions of "
+                             f"{metric!r} on {device!r}: {', '.join(found or ids)}; name more "
+                             "fields or pass one of these ids")
+        return found[0]
+
     def _model(self, folder: str) -> Surrogate:
         if folder not in self._models:
             self._models[folder] = load_surrogate(folder, self.space)[0]
@@ -154,14 +205,14 @@ class Benchmark:
         if metric == PERPLEXITY:
             source = source.filter(pl.col("train_steps") == entry["train_steps"])
         else:
-            matches = {k: v for k, v in zip(CONDITION_KEYS, _condition_values(entry))}
+            matches = Condition.from_id(entry["condition"]).as_dict()
             source = source.filter(pl.col("device") == entry["device"], **matches)
         values = pl.DataFrame({"arch_id": ids}).join(
             source.select("arch_id", metric), on="arch_id", how="left", maintain_order="left")
         return values[metric].cast(pl.Float64)
 
     def query(self, archs: Sequence[Arch | str], metrics: str | Sequence[str],
-              device: str | None = None, condition: str | None = None,
+              device: str | None = None, condition: str | Mapping[str, Any] | None = None,
               mode: str = "surrogate", return_interval: bool = False,
               fidelity: int | None = None) -> pl.DataFrame:
         """One row per arch: ``arch_id`` and a column per metric (with ``{metric}_lo`` /
@@ -198,11 +249,3 @@ class Benchmark:
                     features[key])
         return pl.DataFrame(columns)
 
-
-def _condition_values(entry: dict[str, Any]) -> tuple[int, int, str, str]:
-    """(batch_size, seq_len, dtype, launch) of an index entry, parsed from its condition id."""
-    batch, seq, dtype, launch = entry["condition"].split("-", 3)
-    values = (int(batch[1:]), int(seq[1:]), dtype, launch)
-    if condition_id(*values) != entry["condition"]:
-        raise QueryError(f"malformed condition id {entry['condition']!r}")
-    return values

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import polars as pl
 
-from . import (__version__, archs, data, io, measurements, params, perplexity, search,
-               surrogates, sync, train)
-from .api import Benchmark, QueryError
+from . import (__version__, archs, data, io, measurements, params, perplexity, runtime,
+               search, surrogates, sync, train, transfer)
+from .api import ADAPTED, Benchmark, QueryError
 from .measure import (DTYPES, DeviceMismatchError, auto_label, default_device,
                       dtype_unsupported_reason, fingerprint, open_energy_meter)
 from .search import ALGORITHMS, Problem
@@ -27,7 +27,7 @@ log = logging.getLogger("hwgptbench")
 
 _USER_ERRORS = (params.ParamsError, data.CorpusUnavailableError, FileNotFoundError,
                 sync.StaleResultsError, DeviceMismatchError, measurements.MeasurementError,
-                QueryError, InvalidArchError)
+                QueryError, InvalidArchError, transfer.TransferError)
 
 
 def _params_arg(parser: argparse.ArgumentParser) -> None:
@@ -125,6 +125,30 @@ def cmd_measure(args: argparse.Namespace) -> None:
     log.info("wrote %s: %d rows on %s", out, table.height, label)
 
 
+def cmd_runtime(args: argparse.Namespace) -> None:
+    """Time workloads under runtime options and break their time down by module, here."""
+    config = _load(args, ["measure", "runtime", "spaces"])
+    space = _space(config, args.scale)
+    vocab_size = data.TokenShards.open(args.data).manifest["tokenizer"]["vocab_size"]
+    measure = config["measure"]
+    label = measurements.device_label({**measure, "device": args.device or measure["device"]},
+                                      measure["threads"])
+    table, breakdown = runtime.measure_runtime(
+        config["runtime"], measure["threads"], space, archs.read_archs(args.archs), vocab_size,
+        label, measure["aliases"])
+    runtime.write_runtime(table, breakdown, args.out, args.breakdown_out)
+    log.info("wrote %s (%d rows) and %s (%d rows) on %s", args.out, table.height,
+             args.breakdown_out, breakdown.height, label)
+
+
+def cmd_merge_runtime(args: argparse.Namespace) -> None:
+    """Merge the runtime and breakdown tables of every device of a scale."""
+    table = runtime.merge_tables(args.runtime, args.out)
+    breakdown = runtime.merge_tables(args.breakdown, args.breakdown_out)
+    log.info("wrote %s (%d rows) and %s (%d rows)", args.out, table.height, args.breakdown_out,
+             breakdown.height)
+
+
 def cmd_merge(args: argparse.Namespace) -> None:
     """Merge measurement shards into a device table, or device tables into one table."""
     merge = measurements.merge_devices if args.devices else measurements.merge_shards
@@ -135,6 +159,9 @@ def cmd_merge(args: argparse.Namespace) -> None:
 def cmd_devices(args: argparse.Namespace) -> None:
     """Print this machine's fingerprint, label and which metrics it can measure."""
     config = _load(args, ["measure"])["measure"]
+    if args.label:  # for scripts: the label this machine's tables are filed under
+        print(measurements.device_label(config, config["threads"]))
+        return
     device = default_device()
     identity = fingerprint(config["threads"], device)
     print(f"label: {auto_label(identity)}  (measure.device: auto)")
@@ -162,8 +189,9 @@ def cmd_fit_surrogates(args: argparse.Namespace) -> None:
         quality = surrogates.fit_perplexity(config["surrogate"], space, vocab_size,
                                             pl.read_parquet(args.perplexity), args.out)
     else:
+        tables = [pl.read_parquet(path) for path in [args.measurements, *args.runtime]]
         quality = surrogates.fit_device(config["surrogate"], space, vocab_size,
-                                        pl.read_parquet(args.measurements), args.out)
+                                        pl.concat(tables, how="diagonal_relaxed"), args.out)
     log.info("wrote %s: %d surrogates", args.out, quality.filter(pl.col("status") == "ok").height)
 
 
@@ -174,6 +202,63 @@ def cmd_merge_quality(args: argparse.Namespace) -> None:
         print(quality.filter(pl.col("status") == "ok").select(
             "metric", "device", "condition", "family", "rows", "r2", "kendall_tau",
             "spearman_rho", "coverage"))
+
+
+def _vocab_size(args: argparse.Namespace) -> int:
+    """The vocabulary size of --data (default: the data stage's folder of the params)."""
+    folder = args.data or f"results/data/{_load(args, ['data'])['data']['name']}"
+    return data.TokenShards.open(folder).manifest["tokenizer"]["vocab_size"]
+
+
+def cmd_transfer(args: argparse.Namespace) -> None:
+    """Leave-one-target-out quality of few-shot transfer to a new device or condition."""
+    config = _load(args, ["transfer", "spaces"])
+    section = config["transfer"]
+    quality = transfer.evaluate(pl.read_parquet(args.measurements), _space(config, args.scale),
+                                _vocab_size(args), section)
+    summary = transfer.summarize(quality, [section["report_k"]])
+    archs.write_table(quality, args.out)
+    archs.write_table(summary, args.summary_out)
+    log.info("wrote %s: %d rows, and %s", args.out, quality.height, args.summary_out)
+    for metric, hold_out, reason in quality.filter(
+            pl.col("status") == "skipped", pl.col("method").is_null()).select(
+            "metric", "hold_out", "reason").unique(maintain_order=True).iter_rows():
+        print(f"{metric}{f' (hold out {hold_out})' if hold_out else ''}: not evaluated: "
+              f"{reason}")
+    with pl.Config(tbl_rows=100, tbl_cols=16, tbl_width_chars=200, float_precision=3):
+        print(summary.select(
+            "metric", "hold_out", "method", "selection", "k", "targets", "spearman_median",
+            "spearman_worst", "kendall_tau_median", "within_10pct_median",
+            "within_10pct_worst", "mdape_median", "mdape_worst"))
+
+
+def cmd_adapt(args: argparse.Namespace) -> None:
+    """Adapt the hardware surrogates to a new device from k measured archs (measured on this
+    machine, or read from --measurements), for `Benchmark.query` and `hwgptbench query`."""
+    from .transfer.adapt import adapt_device, measure_for_adaptation
+
+    config = _load(args, ["transfer", "measure", "spaces"])
+    section, space, vocab_size = config["transfer"], _space(config, args.scale), _vocab_size(args)
+    root = Path(args.results) / args.scale
+    k = args.k or section["report_k"]
+    selection = args.selection or section["selection"]
+    sources = pl.read_parquet(args.sources or root / "measurements.parquet")
+    device = args.device
+    if args.measurements:
+        target = pl.read_parquet(args.measurements)
+    else:
+        measure = config["measure"]
+        device = measurements.device_label({**measure, "device": device}, measure["threads"])
+        candidates = archs.read_archs(args.archs or root / "archs.parquet")
+        target = measure_for_adaptation(measure, space, candidates, vocab_size, device, k,
+                                        selection, section["seed"])
+    written = adapt_device(section, space, vocab_size, sources, target, device, k,
+                           root / ADAPTED, args.method, selection)
+    with pl.Config(tbl_rows=100, fmt_str_lengths=100, tbl_width_chars=200):
+        print(pl.DataFrame(written))
+    print(f"query it: hwgptbench query --scale {args.scale} --results {args.results} "
+          f"--device {device} --metric {written[0]['metric']} "
+          f"--condition {written[0]['condition']} --arch ARCH_ID")
 
 
 def cmd_query(args: argparse.Namespace) -> None:
@@ -262,8 +347,18 @@ def cmd_figures(args: argparse.Namespace) -> None:
 
 
 def cmd_pull(args: argparse.Namespace) -> None:
-    """Fetch results from the DVC remote; mark them up to date for Snakemake if current."""
+    """Fetch results from the DVC remote; mark those that are current up to date for Snakemake."""
     sync.pull(args.targets, remote=args.remote)
+
+
+def cmd_publish_device(args: argparse.Namespace) -> None:
+    """Publish a device's measurement table (devices/{scale}/{label}.parquet) to the DVC remote."""
+    section = _load(args, ["measure"])["measure"]
+    label = args.device or measurements.device_label(section, section["threads"])
+    pointer = sync.publish_device(args.scale, label, args.results, push=not args.no_push,
+                                  remote=args.remote)
+    print(f"published {label}; commit the pointer: git add {pointer} {pointer.parent}/.gitignore "
+          f"&& git commit -m 'Measurements of {label}'")
 
 
 def _scale_and_data(command: argparse.ArgumentParser) -> None:
@@ -318,23 +413,64 @@ def build_parser() -> argparse.ArgumentParser:
                                         "(default: results/data/{data.name})")
     command.add_argument("--out", help="shard table (default: "
                                        "results/{scale}/.measure/{device}/shard-i-of-n.parquet)")
+    command = add("runtime", cmd_runtime)
+    _scale_and_data(command)
+    command.add_argument("--device", help="device label, or auto (default: measure.device)")
+    command.add_argument("--archs", required=True, help="archs table of the sample stage")
+    command.add_argument("--out", required=True, help="runtime table (parquet)")
+    command.add_argument("--breakdown-out", required=True, help="breakdown table (parquet)")
+    command = add("merge-runtime", cmd_merge_runtime, params=False)
+    command.add_argument("--runtime", nargs="*", default=[], help="runtime tables")
+    command.add_argument("--breakdown", nargs="*", default=[], help="breakdown tables")
+    command.add_argument("--out", required=True, help="merged runtime table (parquet)")
+    command.add_argument("--breakdown-out", required=True, help="merged breakdown table")
     command = add("merge-measurements", cmd_merge)
     command.add_argument("--devices", action="store_true",
                          help="inputs are device tables (default: shards of one device)")
     command.add_argument("--out", required=True, help="merged table (parquet)")
     command.add_argument("inputs", nargs="+", help="tables to merge")
-    add("devices", cmd_devices)
+    command = add("devices", cmd_devices)
+    command.add_argument("--label", action="store_true",
+                         help="print only the label (measure.device, checked against the hardware)")
     command = add("fit-surrogates", cmd_fit_surrogates)
     _scale_and_data(command)
     table = command.add_mutually_exclusive_group(required=True)
     table.add_argument("--measurements", help="a device table (fits hardware metrics)")
     table.add_argument("--perplexity", help="the perplexity table (fits perplexity)")
+    command.add_argument("--runtime", nargs="*", default=[],
+                         help="the device's runtime tables, fitted with --measurements")
     command.add_argument("--out", required=True, help="output folder")
     command = add("merge-quality", cmd_merge_quality, params=False)
     command.add_argument("--scale", default="tiny", help="search space (default: %(default)s)")
     command.add_argument("--out", required=True, help="quality table (parquet)")
     command.add_argument("--metrics-out", required=True, help="DVC metrics file (JSON)")
     command.add_argument("inputs", nargs="+", help="quality tables to merge")
+    command = add("transfer", cmd_transfer)
+    _scale_and_data(command)
+    command.add_argument("--measurements", required=True,
+                         help="the measurements table of the scale (all devices)")
+    command.add_argument("--out", required=True, help="quality table (parquet)")
+    command.add_argument("--summary-out", required=True,
+                         help="its summary at transfer.report_k (parquet)")
+    command = add("adapt", cmd_adapt)
+    _scale_and_results(command)
+    command.add_argument("--device", required=True,
+                         help="label of the new device (measuring here: auto, this machine's "
+                              "label or an alias of it in measure.aliases)")
+    command.add_argument("--k", type=int, help="measured archs to adapt from (default: "
+                                               "transfer.report_k)")
+    command.add_argument("--measurements", help="the new device's measured rows (parquet); "
+                                                "default: measure k archs on this machine")
+    command.add_argument("--archs", help="candidate archs to measure (default: "
+                                         "{results}/{scale}/archs.parquet)")
+    command.add_argument("--sources", help="measurements of the source devices (default: "
+                                           "{results}/{scale}/measurements.parquet)")
+    command.add_argument("--method", choices=sorted(transfer.METHODS),
+                         help="adaptation method (default: transfer.method)")
+    command.add_argument("--selection", choices=sorted(transfer.SELECTIONS),
+                         help="which archs to measure (default: transfer.selection)")
+    command.add_argument("--data", help="data-stage folder, for the vocabulary size "
+                                        "(default: results/data/{data.name})")
     command = add("query", cmd_query, params=False)
     _scale_and_results(command)
     command.add_argument("--device", help="device label (see the quality table)")
@@ -369,6 +505,12 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("runs", nargs="+", help="algorithm folders of search runs")
     command = add("pull", cmd_pull, params=False)
     command.add_argument("targets", nargs="*", help="stages to pull (default: all)")
+    command.add_argument("--remote", help="DVC remote name (default: the configured default)")
+    command = add("publish-device", cmd_publish_device)
+    _scale_and_results(command)
+    command.add_argument("--device", help="device label (default: this machine's, from the "
+                                          "measure params)")
+    command.add_argument("--no-push", action="store_true", help="dvc add only, push later")
     command.add_argument("--remote", help="DVC remote name (default: the configured default)")
     return parser
 

@@ -106,6 +106,18 @@ def snapshot_problems(snapshots: Sequence[int], steps: int) -> list[str]:
     return problems
 
 
+def batch_problems(batch_size: int, processes: int) -> list[str]:
+    """Why ``supernet.batch_size`` cannot be split evenly over ``supernet.processes``."""
+    if batch_size % processes == 0:
+        return []
+    lower, upper = batch_size // processes * processes, -(-batch_size // processes) * processes
+    multiples = f"{lower} or {upper}" if lower else f"{upper}"
+    return [f"supernet.batch_size: {batch_size} is not divisible by supernet.processes "
+            f"({processes}); each process trains batch_size / processes sequences: set "
+            f"supernet.batch_size to a multiple of {processes} (e.g. {multiples}) or "
+            f"supernet.processes to a divisor of {batch_size}"]
+
+
 def search_problems(search: dict[str, Any]) -> list[str]:
     """Why ``search.objectives`` names sets that ``search.objective_sets`` lacks."""
     unknown = [name for name in search["objectives"] if name not in search["objective_sets"]]
@@ -115,11 +127,36 @@ def search_problems(search: dict[str, Any]) -> list[str]:
             f"({', '.join(search['objective_sets'])}); define them there or remove them"]
 
 
+def transfer_problems(transfer: dict[str, Any]) -> list[str]:
+    """Why ``transfer.report_k``, ``method`` or ``selection`` is not among what is evaluated."""
+    problems = []
+    for field, choices in (("report_k", "ks"), ("method", "methods"),
+                           ("selection", "selections")):
+        if transfer[field] not in transfer[choices]:
+            problems.append(f"transfer.{field}: {transfer[field]!r} is not one of "
+                            f"transfer.{choices} {transfer[choices]}: add it there or choose "
+                            "one of them (the report and `hwgptbench adapt` use what the "
+                            "evaluation measured)")
+    return problems
+
+
+def runtime_problems(runtime: dict[str, Any]) -> list[str]:
+    """Why ``runtime`` timing bounds contradict each other."""
+    if runtime["min_repeats"] <= runtime["max_repeats"]:
+        return []
+    return [f"runtime.min_repeats: {runtime['min_repeats']} exceeds runtime.max_repeats "
+            f"{runtime['max_repeats']}; lower it or raise max_repeats"]
+
+
 def _cross_field_problems(doc: dict[str, Any]) -> list[str]:
     """Constraints between fields that the schema cannot express, one line each."""
-    supernet, search = doc.get("supernet"), doc.get("search")
-    return ((snapshot_problems(supernet["snapshots"], supernet["steps"]) if supernet else [])
-            + (search_problems(search) if search else []))
+    supernet, search, transfer = doc.get("supernet"), doc.get("search"), doc.get("transfer")
+    runtime = doc.get("runtime")
+    return ((snapshot_problems(supernet["snapshots"], supernet["steps"])
+             + batch_problems(supernet["batch_size"], supernet["processes"]))
+            if supernet else []) + (search_problems(search) if search else []) + (
+        transfer_problems(transfer) if transfer else []) + (
+        runtime_problems(runtime) if runtime else [])
 
 
 def load(path: str | os.PathLike[str], sections: list[str] | None = None) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """The figures stage: every figure, table and DVC plot file of a scale, from result tables only.
 
 Reads ``results/{scale}/``: perplexity.parquet, measurements.parquet,
-surrogates/{quality,predictions}.parquet, supernet/loss.parquet, search/{final,attainment}.parquet
-and the search run tables. Writes ``figures/`` (PNG + SVG), ``tables/`` (CSV + Markdown) and
-``plots/`` (CSV for ``dvc plots``). Nothing is trained, measured or predicted here, so after
+surrogates/{quality,predictions}.parquet, supernet/loss.parquet, search/{final,attainment}.parquet,
+transfer/{quality,summary}.parquet, runtime.parquet, breakdown.parquet and the search run
+tables. Writes ``figures/`` (PNG + SVG),
+``tables/`` (CSV + Markdown) and ``plots/`` (CSV for ``dvc plots``). Nothing is trained, measured or predicted here, so after
 ``dvc pull`` the figures regenerate in seconds.
 """
 
@@ -16,18 +17,14 @@ from pathlib import Path
 
 import polars as pl
 
-from .figures import benchmark, search, surrogate, tables
+from .catalog import FIGURES, TABLES
+from .figures import benchmark, runtime, search, surrogate, tables, transfer
 from .io import atomic_path
 from .perplexity import fully_trained
 from .search.summary import read_runs
 
 log = logging.getLogger(__name__)
 
-# the figures and tables every scale gets (workflow/report/ has a caption for each); the
-# energy Pareto and correlation figures are added where energy was measured
-FIGURES = ("pareto_latency", "device_correlation", "surrogate_scatter", "surrogate_calibration",
-           "hypervolume", "attainment", "pareto_3d", "dimension_effects", "supernet_loss")
-TABLES = ("surrogate_quality", "hypervolume", "devices")
 THIRD_OBJECTIVES = ("energy_mj", "memory_peak_mb", "params")
 
 
@@ -75,6 +72,10 @@ def render(scale_dir: str | os.PathLike[str], run_folders: Sequence[str | os.Pat
     runs = read_runs(run_folders)
     final = pl.read_parquet(root / "search" / "final.parquet")
     attainment = pl.read_parquet(root / "search" / "attainment.parquet")
+    transfer_quality = pl.read_parquet(root / "transfer" / "quality.parquet")
+    transfer_summary = pl.read_parquet(root / "transfer" / "summary.parquet")
+    runtime_rows = pl.read_parquet(root / "runtime.parquet")
+    breakdown = pl.read_parquet(root / "breakdown.parquet")
     three, metrics = _three_objectives(perplexity, measurements)
 
     written = [
@@ -92,9 +93,15 @@ def render(scale_dir: str | os.PathLike[str], run_folders: Sequence[str | os.Pat
         *benchmark.pareto_3d(three, metrics, figures / "pareto_3d"),
         *benchmark.dimension_effects(measurements, figures / "dimension_effects"),
         *benchmark.loss_curve(loss, figures / "supernet_loss"),
+        *transfer.transfer_quality(transfer_quality, figures / "transfer_quality"),
+        *runtime.breakdown_bars(breakdown, figures / "runtime_breakdown"),
+        *runtime.runtime_options(runtime_rows, figures / "runtime_options"),
         *tables.write_table(tables.quality_table(quality), table_dir / "surrogate_quality"),
         *tables.write_table(tables.hypervolume_table(final), table_dir / "hypervolume"),
         *tables.write_table(tables.device_summary(measurements), table_dir / "devices"),
+        *tables.write_table(transfer.transfer_table(transfer_summary, transfer_quality),
+                            table_dir / "transfer"),
+        *tables.write_table(runtime.runtime_table(runtime_rows), table_dir / "runtime"),
     ]
     plot_data = {
         "hypervolume": hypervolume_plot_data(runs),

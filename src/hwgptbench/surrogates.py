@@ -24,6 +24,7 @@ import polars as pl
 
 from .archs import read_archs_from, write_table
 from .io import atomic_dir, atomic_write_json
+from .measure.condition import CONDITION_KEYS, DEFAULTS, Condition
 from .space import SearchSpace
 from .surrogate import Surrogate
 from .surrogate.features import feature_matrix
@@ -32,7 +33,6 @@ from .surrogate.store import save_surrogate
 
 log = logging.getLogger(__name__)
 
-CONDITION_KEYS = ("batch_size", "seq_len", "dtype", "launch")
 ANY = "any"  # device and condition of perplexity, which depends on neither
 QUALITY_SCHEMA = {
     "metric": pl.String, "device": pl.String, "condition": pl.String, "family": pl.String,
@@ -52,9 +52,19 @@ def fidelity_condition(train_steps: int) -> str:
     return f"steps-{train_steps}"
 
 
-def condition_id(batch_size: int, seq_len: int, dtype: str, launch: str) -> str:
-    """Folder-safe name of a measurement condition, e.g. ``b1-t128-fp32-eager``."""
-    return f"b{batch_size}-t{seq_len}-{dtype}-{launch}"
+def condition_id(batch_size: int, seq_len: int, dtype: str, launch: str = "eager",
+                 **options: Any) -> str:
+    """Folder-safe name of a measurement condition, e.g. ``b1-t128-fp32-eager`` (runtime
+    options, see :class:`~hwgptbench.measure.condition.Condition`, append parts)."""
+    return Condition(batch_size, seq_len, dtype, launch, **options).id
+
+
+def with_condition_columns(table: pl.DataFrame) -> pl.DataFrame:
+    """table with every condition column, holding its default where the table lacks it or
+    it is null (rows measured before the runtime options existed)."""
+    return table.with_columns(
+        pl.col(key).fill_null(value) if key in table.columns else pl.lit(value).alias(key)
+        for key, value in DEFAULTS.items())
 
 
 def make_factory(section: dict[str, Any], family: str) -> Callable[[], Surrogate]:
@@ -147,7 +157,8 @@ def fit_perplexity(section: dict[str, Any], space: SearchSpace, vocab_size: int,
 
 def fit_device(section: dict[str, Any], space: SearchSpace, vocab_size: int,
                table: pl.DataFrame, out_dir: str | os.PathLike[str]) -> pl.DataFrame:
-    """Surrogates of each hardware metric and condition of one device's table."""
+    """Surrogates of each hardware metric and condition of one device's table (its main
+    measurements, and its runtime-dissection rows where measured)."""
     devices = table["device"].unique().to_list()
     if len(devices) != 1:
         raise ValueError(f"a device table holds one device, found {devices}")
@@ -156,9 +167,9 @@ def fit_device(section: dict[str, Any], space: SearchSpace, vocab_size: int,
     rows: list[dict[str, Any]] = []
     predictions: list[pl.DataFrame] = []
     with atomic_dir(out_dir) as staging:
-        ok = table.filter(pl.col("status") == "ok")
+        ok = with_condition_columns(table.filter(pl.col("status") == "ok"))
         for key, group in ok.group_by(list(CONDITION_KEYS), maintain_order=True):
-            condition = condition_id(*key)
+            condition = condition_id(**dict(zip(CONDITION_KEYS, key)))
             X = feature_matrix(space, read_archs_from(group), vocab_size, key[0], key[1])
             fingerprint = group.select(fingerprint_columns).row(0, named=True)
             for metric in section["metrics"]:

@@ -1,9 +1,7 @@
 """Paths and helpers shared by the rules. No logic beyond wiring paths and params."""
 
+from functools import cache
 from pathlib import Path
-
-from hwgptbench.measure import auto_label, default_device, fingerprint
-from hwgptbench.search import ALGORITHMS
 
 RESULTS = "results"
 PARAMS = hwparams.write_sections(config, f"{RESULTS}/.params")
@@ -17,10 +15,29 @@ if unknown:
 
 
 MEASURE_SHARDS = config["measure"]["shards"]
-# This machine's device label; `auto` is derived from the hardware here (a given label is
-# checked against the hardware by the measure job itself, which may run on another node).
-LOCAL_DEVICE = (auto_label(fingerprint(config["measure"]["threads"], default_device()))
-                if config["measure"]["device"] == "auto" else config["measure"]["device"])
+
+
+@cache
+def local_device():
+    """This machine's device label; `auto` is derived from the hardware here (a given label is
+    checked against the hardware by the measure job itself, which may run on another node).
+    Only asked for when params say `auto`: a cluster plan needs no torch on the login node."""
+    if config["measure"]["device"] != "auto":
+        return config["measure"]["device"]
+    from hwgptbench.measure import auto_label, default_device, fingerprint
+
+    return auto_label(fingerprint(config["measure"]["threads"], default_device()))
+
+
+def resolve_devices(labels):
+    """Device labels with `auto` replaced by this machine's."""
+    return [local_device() if label == "auto" else label for label in labels]
+
+
+# The devices this run measures (workflow.devices); each other device table is an input that
+# must already be there: published under devices/{scale}/ or pulled into results/{scale}/measure/.
+MEASURED_DEVICES = sorted(set(resolve_devices(config["workflow"]["devices"])))
+PUBLISHED = "devices"
 
 
 wildcard_constraints:
@@ -28,14 +45,42 @@ wildcard_constraints:
     device="[a-z0-9][a-z0-9-]*",
     shard=r"\d+",
     objectives="|".join(config["search"]["objective_sets"]),
-    algorithm="|".join(ALGORITHMS),
+    algorithm="|".join(config["search"]["algorithms"]),
+
+
+def published_tables(scale):
+    """Device tables published with `hwgptbench publish-device` (label -> path)."""
+    return {p.stem: str(p) for p in sorted(Path(PUBLISHED, scale).glob("*.parquet"))}
+
+
+def device_table(scale, device):
+    """Where the table of a device comes from: its published table, else the table this
+    workflow measures (or one pulled or copied into results/{scale}/measure/)."""
+    return published_tables(scale).get(device, f"{RESULTS}/{scale}/measure/{device}.parquet")
+
+
+def device_labels(scale):
+    """Every device of a scale: measured by this run, published, or already present."""
+    present = {p.stem for p in Path(RESULTS, scale, "measure").glob("*.parquet")}
+    return sorted(present | set(published_tables(scale)) | set(MEASURED_DEVICES))
 
 
 def device_tables(scale):
-    """This machine's device table plus those of other devices already present."""
-    folder = Path(RESULTS) / scale / "measure"
-    present = {p.stem for p in folder.glob("*.parquet")}
-    return [str(folder / f"{d}.parquet") for d in sorted(present | {LOCAL_DEVICE})]
+    """The device tables of a scale, one per device."""
+    return [device_table(scale, device) for device in device_labels(scale)]
+
+
+def runtime_labels(scale):
+    """Devices with a runtime table: measured by this run, or already present (pulled)."""
+    present = {p.stem for p in Path(RESULTS, scale, "runtime").glob("*.parquet")}
+    return sorted(present | set(MEASURED_DEVICES))
+
+
+def runtime_tables(scale, device=None):
+    """The runtime tables of a scale (of one device: none, or its one)."""
+    labels = runtime_labels(scale) if device is None else (
+        [device] if device in runtime_labels(scale) else [])
+    return [f"{RESULTS}/{scale}/runtime/{label}.parquet" for label in labels]
 
 
 def params_flags(wildcards, input):

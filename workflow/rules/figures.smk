@@ -1,4 +1,4 @@
-from hwgptbench.report import FIGURES, TABLES
+from hwgptbench.catalog import FIGURES, TABLES
 
 CAPTIONS = "../report"
 
@@ -19,8 +19,12 @@ rule figures_of_scale:
     input:
         perplexity=rules.perplexity.output[0],
         measurements=rules.measurements.output[0],
+        runtime=rules.runtime_merged.output.runtime,
+        breakdown=rules.runtime_merged.output.breakdown,
         quality=rules.surrogate_quality.output.table,
         predictions=rules.surrogate_quality.output.predictions,
+        transfer=rules.transfer.output.quality,
+        transfer_summary=rules.transfer.output.summary,
         loss=rules.supernet.output.loss,
         final=rules.search_summary.output.final,
         attainment=rules.search_summary.output.attainment,

@@ -21,7 +21,8 @@ rule surrogates_device:
     input:
         params=lambda wc: [PARAMS["surrogate"], PARAMS[f"spaces.{wc.scale}"]],
         data=DATA_DIR,
-        measurements=rules.measure_device.output[0],
+        measurements=lambda wc: device_table(wc.scale, wc.device),
+        runtime=lambda wc: runtime_tables(wc.scale, wc.device),
     output:
         directory(f"{RESULTS}/{{scale}}/surrogates/devices/{{device}}"),
     params:
@@ -31,7 +32,8 @@ rule surrogates_device:
         f"{RESULTS}/logs/{{scale}}/surrogates-{{device}}.log",
     shell:
         "hwgptbench fit-surrogates --scale {wildcards.scale} {params.files} --data {input.data}"
-        " --measurements {input.measurements} --out {output} 2>&1 | tee {log}"
+        " --measurements {input.measurements} --runtime {input.runtime} --out {output}"
+        " 2>&1 | tee {log}"
 
 
 rule surrogate_quality:
@@ -39,8 +41,8 @@ rule surrogate_quality:
     out-of-fold predictions behind it."""
     input:
         perplexity=rules.surrogates_perplexity.output[0],
-        devices=lambda wc: [f"{RESULTS}/{wc.scale}/surrogates/devices/{Path(t).stem}"
-                            for t in device_tables(wc.scale)],
+        devices=lambda wc: [f"{RESULTS}/{wc.scale}/surrogates/devices/{device}"
+                            for device in device_labels(wc.scale)],
     output:
         table=f"{RESULTS}/{{scale}}/surrogates/quality.parquet",
         predictions=f"{RESULTS}/{{scale}}/surrogates/predictions.parquet",

@@ -4,6 +4,7 @@ Needs torch and numpy only (pynvml is imported where NVML is read), so it runs o
 machines with few packages; writing the rows is left to the caller.
 """
 
+from .condition import CONDITION_KEYS, Condition
 from .device import (
     DTYPES,
     DeviceMismatchError,
@@ -17,9 +18,10 @@ from .energy import EnergyMeter, RaplMeter, measure_energy, open_energy_meter
 from .flops import forward_flops
 from .latency import cuda_graph_callable, measure_latency, median_ci_halfwidth, median_ci_ranks
 from .memory import cpu_memory, cuda_memory, tensor_bytes
-from .runner import Condition, Settings, conditions_from_params, measure_arch
+from .runner import Settings, conditions_from_params, measure_arch
 
 __all__ = [
+    "CONDITION_KEYS",
     "DTYPES",
     "Condition",
     "DeviceMismatchError",

@@ -1,7 +1,8 @@
 """One measurement row per (arch, condition): FLOPs, parameters, latency, energy and memory.
 
-A condition is a batch size, a sequence length, a dtype and a launch mode (eager, or a captured
-CUDA graph replayed). The fixed model of an arch is built with seeded random weights (cost
+The main measurement runs the ``prefill`` workload (one forward) under the default runtime
+options; a condition (:class:`~.condition.Condition`) here is a batch size, a sequence length,
+a dtype and a launch mode (eager, or a captured CUDA graph replayed). The fixed model of an arch is built with seeded random weights (cost
 does not depend on the weight values, so measurement needs no trained supernet and can run on
 any machine that has the archs table), cast to the dtype and fed seeded random token ids
 under ``torch.inference_mode``. What cannot be measured
@@ -22,6 +23,7 @@ import torch
 
 from ..model import GPT, GPTConfig
 from ..space import Arch, SearchSpace
+from .condition import Condition
 from .device import DTYPES, dtype_unsupported_reason
 from .energy import EnergyMeter, measure_energy
 from .flops import forward_flops
@@ -30,29 +32,6 @@ from .latency import (LATENCY_FIELDS, cuda_graph_callable, measure_latency,
 from .memory import cpu_memory, cuda_memory, unmeasured
 
 log = logging.getLogger(__name__)
-
-LAUNCHES = ("eager", "cuda_graph")
-
-
-@dataclass(frozen=True)
-class Condition:
-    """The input shape, dtype and launch mode of a measurement."""
-
-    batch_size: int
-    seq_len: int
-    dtype: str
-    launch: str = "eager"
-
-    def __post_init__(self) -> None:
-        for field in ("batch_size", "seq_len"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{field}: {value!r} is not a positive int")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype: {self.dtype!r} is not one of {list(DTYPES)}")
-        if self.launch not in LAUNCHES:
-            raise ValueError(f"launch: {self.launch!r} is not one of {list(LAUNCHES)}")
-
 
 @dataclass(frozen=True)
 class Settings:

@@ -3,15 +3,23 @@
 GPT-NeoX style: token embedding without position embedding, rotary q/k, parallel residual
 ``x + attn(ln1(x)) + mlp(ln2(x))``, GELU MLP, final LayerNorm and an LM head tied to the token
 embedding. ``arch.bias`` switches the bias of every Linear and LayerNorm.
+
+Every step of the forward is a module (the attention core, the GELU, the residual sum and the tied LM
+head are parameterless ones), so forward hooks see each and the per-module time breakdown
+(:mod:`hwgptbench.measure.breakdown`) attributes the whole forward. A :class:`KVCache` makes
+autoregressive decoding one token per call; ``recompute`` checkpoints each block's activations
+in training (recomputed in the backward pass).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from ..space import Arch, SearchSpace
 from .rotary import Rotary, apply_rotary
@@ -52,15 +60,85 @@ def check_length(seq_len: int, block_size: int) -> None:
         raise ValueError(f"sequence length {seq_len} exceeds block_size {block_size}")
 
 
+class LayerCache:
+    """Keys and values of one attention layer for the positions seen so far."""
+
+    def __init__(self, batch: int, n_head: int, head_size: int, max_len: int,
+                 device: torch.device, dtype: torch.dtype) -> None:
+        shape = (batch, n_head, max_len, head_size)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.length = 0
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store k, v (B, nh, T, hs) after the cached positions; all keys and values so far."""
+        T = k.size(2)
+        if self.length and T > 1:
+            raise ValueError("a cache holding positions takes one new token per call")
+        end = self.length + T
+        if end > self.k.size(2):
+            raise ValueError(f"KV cache full: {end} positions exceed its {self.k.size(2)}")
+        self.k[:, :, self.length:end] = k
+        self.v[:, :, self.length:end] = v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+
+class KVCache:
+    """One :class:`LayerCache` per block of a GPT, for generation after a prompt."""
+
+    def __init__(self, layers: list[LayerCache]) -> None:
+        self.layers = layers
+
+    @property
+    def length(self) -> int:
+        """Positions cached (the same in every layer)."""
+        return self.layers[0].length
+
+    def truncate(self, length: int) -> None:
+        """Forget the positions from length on (to decode again after the same prompt)."""
+        for layer in self.layers:
+            layer.length = min(layer.length, length)
+
+
 def causal_attention(q: Tensor, k: Tensor, v: Tensor, n_head: int, cos: Tensor,
-                     sin: Tensor) -> Tensor:
-    """Causal attention of q, k, v (B, T, nh * hs) with rotary q and k; returns (B, T, nh * hs)."""
+                     sin: Tensor, cache: LayerCache | None = None) -> Tensor:
+    """Causal attention of q, k, v (B, T, nh * hs) with rotary q and k; returns (B, T, nh * hs).
+    With a cache, k and v join the cached positions (cos and sin are those of the new ones)."""
     B, T, C = q.shape
     hs = C // n_head
     q, k, v = (t.view(B, T, n_head, hs).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
+    if cache is not None:
+        k, v = cache.append(k, v)  # (B, nh, cached + T, hs)
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)  # (B, nh, T, hs)
     return y.transpose(1, 2).reshape(B, T, C)
+
+
+class AttentionCore(nn.Module):
+    """Rotary, scaled dot-product attention and the head merge (no parameters)."""
+
+    def __init__(self, n_head: int) -> None:
+        super().__init__()
+        self.n_head = n_head
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, cos: Tensor, sin: Tensor,
+                cache: LayerCache | None = None) -> Tensor:
+        return causal_attention(q, k, v, self.n_head, cos, sin, cache)
+
+
+class ParallelResidual(nn.Module):
+    """The block's output: its input plus the attention and MLP branches (no parameters)."""
+
+    def forward(self, x: Tensor, attn: Tensor, mlp: Tensor) -> Tensor:
+        return x + attn + mlp
+
+
+class TiedLMHead(nn.Module):
+    """Logits from the token embedding's weight (no parameters of its own)."""
+
+    def forward(self, x: Tensor, embedding: nn.Embedding) -> Tensor:
+        return F.linear(x, embedding.weight)
 
 
 def lm_output(logits: Tensor, targets: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
@@ -76,12 +154,15 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, embed_dim: int, n_head: int, head_size: int, bias: bool) -> None:
         super().__init__()
         self.n_head = n_head
+        self.head_size = head_size
         self.qkv = nn.Linear(embed_dim, 3 * n_head * head_size, bias=bias)
+        self.core = AttentionCore(n_head)
         self.proj = nn.Linear(n_head * head_size, embed_dim, bias=bias)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor,
+                cache: LayerCache | None = None) -> Tensor:
         q, k, v = self.qkv(x).chunk(3, dim=-1)  # 3 x (B, T, nh * hs)
-        return self.proj(causal_attention(q, k, v, self.n_head, cos, sin))
+        return self.proj(self.core(q, k, v, cos, sin, cache))
 
 
 class MLP(nn.Module):
@@ -90,10 +171,11 @@ class MLP(nn.Module):
     def __init__(self, embed_dim: int, hidden: int, bias: bool) -> None:
         super().__init__()
         self.fc = nn.Linear(embed_dim, hidden, bias=bias)
+        self.act = nn.GELU()
         self.proj = nn.Linear(hidden, embed_dim, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.proj(F.gelu(self.fc(x)))
+        return self.proj(self.act(self.fc(x)))
 
 
 class Block(nn.Module):
@@ -106,9 +188,11 @@ class Block(nn.Module):
         self.attn = CausalSelfAttention(embed_dim, n_head, head_size, bias)
         self.ln2 = nn.LayerNorm(embed_dim, bias=bias)
         self.mlp = MLP(embed_dim, hidden, bias)
+        self.residual = ParallelResidual()
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        return x + self.attn(self.ln1(x), cos, sin) + self.mlp(self.ln2(x))
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor,
+                cache: LayerCache | None = None) -> Tensor:
+        return self.residual(x, self.attn(self.ln1(x), cos, sin, cache), self.mlp(self.ln2(x)))
 
 
 def _init_weights(module: nn.Module) -> None:
@@ -131,15 +215,32 @@ class GPT(nn.Module):
             for n_head, hidden in zip(arch.n_head, arch.mlp_hidden)
         )
         self.ln_f = nn.LayerNorm(arch.embed_dim, bias=arch.bias)
+        self.lm_head = TiedLMHead()
         self.rotary = Rotary(config.rotary_dims, config.block_size)
+        self.recompute = False  # training: recompute each block's activations in the backward
         self.apply(_init_weights)
 
-    def forward(self, idx: Tensor, targets: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
-        """Logits (B, T, V) of token ids idx (B, T); with targets also the mean loss."""
-        check_length(idx.size(1), self.config.block_size)
-        cos, sin = self.rotary(idx.size(1))
+    def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
+        """An empty KV cache for batch sequences of up to max_len (default: the context)."""
+        max_len = self.config.block_size if max_len is None else max_len
+        check_length(max_len, self.config.block_size)
+        weight = self.wte.weight
+        return KVCache([LayerCache(batch, b.attn.n_head, b.attn.head_size, max_len,
+                                   weight.device, weight.dtype) for b in self.blocks])
+
+    def forward(self, idx: Tensor, targets: Tensor | None = None,
+                cache: KVCache | None = None) -> Tensor | tuple[Tensor, Tensor]:
+        """Logits (B, T, V) of token ids idx (B, T); with targets also the mean loss. With a
+        cache, idx continues the cached positions (the prompt, then one token per call)."""
+        start = 0 if cache is None else cache.length
+        check_length(start + idx.size(1), self.config.block_size)
+        cos, sin = self.rotary(idx.size(1), start)
         x = self.wte(idx)  # (B, T, E)
-        for block in self.blocks:
-            x = block(x, cos, sin)
-        logits = F.linear(self.ln_f(x), self.wte.weight)  # (B, T, V), tied LM head
+        for i, block in enumerate(self.blocks):
+            layer_cache = None if cache is None else cache.layers[i]
+            if self.recompute and self.training and torch.is_grad_enabled():
+                x = checkpoint(block, x, cos, sin, layer_cache, use_reentrant=False)
+            else:
+                x = block(x, cos, sin, layer_cache)
+        logits = self.lm_head(self.ln_f(x), self.wte)  # (B, T, V), tied LM head
         return lm_output(logits, targets)

@@ -18,9 +18,9 @@ class Rotary(nn.Module):
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 
-    def forward(self, seq_len: int) -> tuple[Tensor, Tensor]:
-        """cos and sin tables (T, n_dims) for the first seq_len positions."""
-        return self.cos[:seq_len], self.sin[:seq_len]
+    def forward(self, seq_len: int, start: int = 0) -> tuple[Tensor, Tensor]:
+        """cos and sin tables (T, n_dims) for the seq_len positions from start."""
+        return self.cos[start:start + seq_len], self.sin[start:start + seq_len]
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

@@ -1,0 +1,148 @@
+"""Figures and table of the runtime stage: where time goes, and what each runtime option costs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from ..measure.breakdown import MODULE_CLASSES, OTHER, STAGE_CLASSES
+from .style import DOUBLE_WIDTH, cycle_colors, grid_shape, new_figure, save, styled
+
+PathLike = str | os.PathLike[str]
+WORKLOAD_UNITS = {"prefill": "ms per forward", "decode": "ms per token",
+                  "train_step": "ms per step"}
+OPTIONS = ("attention", "quant", "compile", "recompute")
+
+
+def _nothing(out_stem: PathLike, text: str) -> list[Path]:
+    """A figure that says why it is empty."""
+    fig = new_figure(DOUBLE_WIDTH, 1.4)
+    ax = fig.subplots()
+    ax.axis("off")
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True)
+    return save(fig, out_stem)
+
+
+def n_layer_of(arch_id: str) -> int:
+    """The layer count in an arch id (``e64-l2-...``)."""
+    return int(arch_id.split("-")[1][1:])
+
+
+@styled
+def breakdown_bars(breakdown: pl.DataFrame, out_stem: PathLike) -> list[Path]:
+    """Stacked bars of the module-class fractions of each profiled arch, one panel per
+    (device, workload); the label under a bar is the arch and its unprofiled latency."""
+    if breakdown.is_empty():
+        return _nothing(out_stem, "no runtime breakdown measured (runtime.breakdown.n_archs)")
+    modules = breakdown.filter(pl.col("view") == "modules")
+    order = [c for c in (*MODULE_CLASSES, *STAGE_CLASSES, OTHER)
+             if c in set(modules["category"])]
+    colors = cycle_colors(order)
+    panels = modules.select("device", "workload").unique().sort("device", "workload")
+    rows, cols = grid_shape(panels.height)
+    fig = new_figure(DOUBLE_WIDTH, 2.8 * rows + 0.6)
+    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+    for ax, (device, workload) in zip(axes, panels.iter_rows()):
+        part = modules.filter((pl.col("device") == device) & (pl.col("workload") == workload))
+        archs = part.select("arch_id", "latency_ms").unique().sort("arch_id")
+        bottom = np.zeros(archs.height)
+        for category in order:
+            values = archs.join(part.filter(pl.col("category") == category),
+                                on="arch_id", how="left").sort("arch_id")["fraction"]
+            heights = values.fill_null(0).to_numpy()
+            ax.bar(range(archs.height), heights, bottom=bottom, color=colors[category],
+                   label=category, width=0.7)
+            bottom += heights
+        ax.set_xticks(range(archs.height), [f"{a}\n{t:.2g} ms" for a, t in archs.iter_rows()],
+                      rotation=30, ha="right", fontsize=5)
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("fraction of profiled time")
+        ax.set_title(f"{device}: {workload}", fontsize=7)
+    for ax in axes[panels.height:]:
+        ax.axis("off")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 7), fontsize=6,
+               frameon=False)
+    return save(fig, out_stem)
+
+
+def option_label(row: dict) -> str:
+    """The option a runtime condition varies (``default`` for none), and the dtype."""
+    varied = [f"{o}={row[o]}" for o in OPTIONS
+              if row[o] not in ("default", "none", False)]
+    return f"{row['dtype']} " + (",".join(varied) if varied else "default")
+
+
+def option_effects(runtime: pl.DataFrame) -> pl.DataFrame:
+    """Median latency and throughput per (device, workload, option, n_layer) over the archs
+    measured, and the median per-arch ratio of latency to the default condition's in the same
+    dtype."""
+    ok = runtime.filter(pl.col("status") == "ok")
+    if ok.is_empty():
+        return pl.DataFrame()
+    labelled = ok.with_columns(
+        option=pl.struct("dtype", *OPTIONS).map_elements(option_label, return_dtype=pl.String),
+        n_layer=pl.col("arch_id").map_elements(n_layer_of, return_dtype=pl.Int64))
+    grouped = labelled.group_by("device", "workload", "option", "n_layer").agg(
+        pl.col("latency_ms").median(), pl.col("tokens_per_s").median(),
+        pl.len().alias("archs"))
+    reference = labelled.filter(pl.col("option") == pl.col("dtype") + " default")
+    per_arch = labelled.join(reference.select("device", "workload", "dtype", "arch_id",
+                                              pl.col("latency_ms").alias("default_ms")),
+                             on=["device", "workload", "dtype", "arch_id"])
+    ratios = per_arch.group_by("device", "workload", "option", "n_layer").agg(
+        (pl.col("latency_ms") / pl.col("default_ms")).median().alias("latency_vs_default"))
+    return grouped.join(ratios, on=["device", "workload", "option", "n_layer"], how="left").sort(
+        "device", "workload", "option", "n_layer")
+
+
+@styled
+def runtime_options(runtime: pl.DataFrame, out_stem: PathLike) -> list[Path]:
+    """Median latency per option and dtype against layer count, one panel per (device,
+    workload): decode per token, prefill per forward, train step per step."""
+    effects = option_effects(runtime) if not runtime.is_empty() else pl.DataFrame()
+    if effects.is_empty():
+        return _nothing(out_stem, "no runtime condition measured (runtime stage)")
+    panels = effects.select("device", "workload").unique().sort("device", "workload")
+    colors = cycle_colors(sorted(set(effects["option"])))
+    rows, cols = grid_shape(panels.height)
+    fig = new_figure(DOUBLE_WIDTH, 2.6 * rows + 0.8)
+    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+    for ax, (device, workload) in zip(axes, panels.iter_rows()):
+        part = effects.filter((pl.col("device") == device) & (pl.col("workload") == workload))
+        for option in sorted(set(part["option"])):
+            line = part.filter(pl.col("option") == option).sort("n_layer")
+            ax.plot(line["n_layer"], line["latency_ms"], marker="o", color=colors[option],
+                    label=option)
+        ax.set_yscale("log")
+        ax.set_xlabel("layers")
+        ax.set_ylabel(f"median latency ({WORKLOAD_UNITS.get(workload, 'ms')})")
+        ax.set_title(f"{device}: {workload}", fontsize=7)
+        ax.legend(fontsize=5, frameon=False)
+    for ax in axes[panels.height:]:
+        ax.axis("off")
+    return save(fig, out_stem)
+
+
+def runtime_table(runtime: pl.DataFrame) -> pl.DataFrame:
+    """Per device, workload and option: median latency over the archs and relative to the
+    default, and how many archs ran or why none did."""
+    if runtime.is_empty():
+        return pl.DataFrame({"note": ["no runtime condition measured"]})
+    effects = option_effects(runtime)
+    labelled = runtime.with_columns(
+        option=pl.struct("dtype", *OPTIONS).map_elements(option_label, return_dtype=pl.String))
+    status = labelled.group_by("device", "workload", "option").agg(
+        (pl.col("status") == "ok").sum().alias("archs_ok"),
+        pl.col("reason").drop_nulls().first().alias("reason"))
+    if effects.is_empty():
+        return status.sort("device", "workload", "option")
+    summary = effects.group_by("device", "workload", "option").agg(
+        pl.col("latency_ms").median().alias("median_latency_ms"),
+        pl.col("tokens_per_s").median().alias("median_tokens_per_s"),
+        pl.col("latency_vs_default").median())
+    return status.join(summary, on=["device", "workload", "option"], how="left").sort(
+        "device", "workload", "option")

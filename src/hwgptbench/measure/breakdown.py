@@ -1,0 +1,159 @@
+"""Where a workload's time goes: per module class and per operator category, from torch.profiler.
+
+Each leaf step of the fixed model is a module (embedding, QKV projection, attention core,
+output projection, MLP up / activation / down, the LayerNorms, the residual sum, the tied LM
+head); the workloads record their own steps outside the model (``sampling``: decode's next-token
+choice; ``backward`` and ``optimizer`` of a train step). Forward hooks
+open a ``torch.profiler.record_function`` range named by the step's class around each of them,
+and one range ``step`` encloses the whole call; the profiler's events are then aggregated in
+Python (``prof.events()``, never its printed table). A class's time is the sum of its ranges'
+durations (host time on the CPU, the kernels' device time on CUDA); ``other`` is the step's
+time outside every class (the Python between modules, and the hooks' own share).
+Operator categories sum the self time of the ATen operators (matmul, attention, normalization,
+...). Both are reported in ms per call and as fractions of the profiled step, beside the
+unprofiled latency, so the profiler's overhead is visible.
+
+Only forward passes are attributed to modules: a ``train_step``'s backward and optimizer step
+are one class each (the operator view splits them further).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from ..model.gpt import GPT, AttentionCore, ParallelResidual, TiedLMHead
+
+STEP = "step"
+OTHER = "other"
+MODULE_CLASSES = ("embedding", "qkv_proj", "attention_core", "out_proj", "mlp_up",
+                  "mlp_activation", "mlp_down", "norm", "residual", "lm_head")
+# ranges the workloads record themselves (hwgptbench.measure.workloads)
+STAGE_CLASSES = ("sampling", "backward", "optimizer")
+# ATen operator name patterns (first match wins) → category
+OPERATOR_CATEGORIES = (
+    ("attention", re.compile(r"scaled_dot_product|flash_attention|efficient_attention|"
+                             r"_cudnn_attention")),
+    ("matmul", re.compile(r"addmm|\bmm\b|::mm|bmm|matmul|linear|baddbmm|quantized|"
+                          r"dynamic")),
+    ("normalization", re.compile(r"layer_norm|rms_norm")),
+    ("activation", re.compile(r"gelu|silu|relu")),
+    ("softmax", re.compile(r"softmax")),
+    ("embedding", re.compile(r"embedding|index_select")),
+    ("optimizer", re.compile(r"_foreach|adam|lerp|addcdiv|addcmul")),
+    ("copy_layout", re.compile(r"copy_|contiguous|clone|_to_copy|::to$|cat|slice|view|"
+                               r"transpose|reshape|permute|expand|chunk|split|select|t$|"
+                               r"unsafe|as_strided|empty|zeros|fill")),
+    ("elementwise", re.compile(r"add|mul|sub|div|neg|pow|sqrt|exp|tanh|where|argmax|max|"
+                               r"roll|mean|sum")),
+)
+
+
+def module_class(name: str, module: nn.Module) -> str | None:
+    """The breakdown class of one module of a fixed GPT, by its name and type (None: a
+    container, timed through its children)."""
+    leaf = name.rsplit(".", 1)[-1]
+    if isinstance(module, nn.Embedding):
+        return "embedding"
+    if isinstance(module, nn.LayerNorm):
+        return "norm"
+    if isinstance(module, AttentionCore):
+        return "attention_core"
+    if isinstance(module, TiedLMHead):
+        return "lm_head"
+    if isinstance(module, ParallelResidual):
+        return "residual"
+    if isinstance(module, nn.GELU):
+        return "mlp_activation"
+    if ".attn." in f".{name}" and leaf == "qkv":
+        return "qkv_proj"
+    if ".attn." in f".{name}" and leaf == "proj":
+        return "out_proj"
+    if ".mlp." in f".{name}" and leaf == "fc":
+        return "mlp_up"
+    if ".mlp." in f".{name}" and leaf == "proj":
+        return "mlp_down"
+    return None
+
+
+@contextmanager
+def labelled_modules(model: GPT) -> Iterator[None]:
+    """Record a profiler range named by its class around every forward of a labelled module."""
+    handles = []
+    for name, module in model.named_modules():
+        label = module_class(name, module)
+        if label is None:
+            continue
+        ranges: list[record_function] = []
+
+        def enter(_module: nn.Module, _args: Any, label: str = label,
+                  ranges: list[record_function] = ranges) -> None:
+            ranges.append(record_function(label))
+            ranges[-1].__enter__()
+
+        def leave(_module: nn.Module, _args: Any, _out: Any,
+                  ranges: list[record_function] = ranges) -> None:
+            ranges.pop().__exit__(None, None, None)
+
+        handles += [module.register_forward_pre_hook(enter), module.register_forward_hook(leave)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def operator_category(name: str) -> str:
+    """The category of an ATen operator name."""
+    for category, pattern in OPERATOR_CATEGORIES:
+        if pattern.search(name):
+            return category
+    return OTHER
+
+
+def _duration_ms(event: Any, cuda: bool) -> float:
+    """An event's time in ms: its kernels' device time on CUDA, its host time on the CPU."""
+    return (event.device_time_total if cuda else event.cpu_time_total) / 1000
+
+
+def _self_ms(event: Any, cuda: bool) -> float:
+    return (event.self_device_time_total if cuda else event.self_cpu_time_total) / 1000
+
+
+def profile_breakdown(model: GPT, call: Callable[[], Any], repeats: int,
+                      device: torch.device) -> dict[str, Any]:
+    """Per-call ms of each module class and operator category over ``repeats`` profiled
+    calls, with the profiled step time; the model must be the eager module ``call`` runs."""
+    cuda = torch.device(device).type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with labelled_modules(model):
+        call()  # warm the hooks and the profiler-free path once
+        with profile(activities=activities) as prof:
+            for _ in range(repeats):
+                with record_function(STEP):
+                    call()
+                if cuda:
+                    torch.cuda.synchronize(device)
+    modules: dict[str, float] = defaultdict(float)
+    operators: dict[str, float] = defaultdict(float)
+    step = 0.0
+    for event in prof.events():
+        if event.name == STEP:
+            step += _duration_ms(event, cuda)
+        elif event.name in MODULE_CLASSES or event.name in STAGE_CLASSES:
+            modules[event.name] += _duration_ms(event, cuda)
+        elif event.name.startswith("aten::") and (not cuda or event.self_device_time_total):
+            operators[operator_category(event.name)] += _self_ms(event, cuda)
+    if step <= 0:
+        raise RuntimeError("the profiler recorded no step time")
+    modules[OTHER] = max(step - sum(modules.values()), 0.0)
+    return {"step_ms": step / repeats,
+            "modules": {k: v / repeats for k, v in modules.items()},
+            "operators": {k: v / repeats for k, v in operators.items()}}

@@ -1,0 +1,208 @@
+"""The runtime stage: how the way a model is run changes its cost, and where its time goes.
+
+For a spread of the sampled archs (``runtime.n_archs``, evenly spaced over their parameter
+counts) each workload (prefill, decode, train_step) is timed in each dtype with the default
+options, then each runtime option (SDPA backend, int8 weights, torch.compile, activation
+recomputation) is varied alone on the first dtype's conditions (see
+:mod:`hwgptbench.measure.condition`). The archs of one condition are timed interleaved, as the
+measure stage does. Rows have the measure stage's columns plus ``tokens_per_s``; decode's
+latency is per generated token. Memory is the allocator's peak of one call on CUDA; on the CPU
+it is not measured here (a fresh process per row, as the measure stage pays, would dominate
+the stage), and the row says so.
+
+The per-module breakdown (:mod:`hwgptbench.measure.breakdown`) profiles the default conditions
+of the first dtype for ``runtime.breakdown.n_archs`` of those archs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+from tqdm import tqdm
+
+from . import __version__
+from .archs import write_table
+from .measure import Settings, default_device, fingerprint, forward_flops, resolve_label
+from .measure.breakdown import profile_breakdown
+from .measure.condition import Condition
+from .measure.latency import LATENCY_FIELDS, measure_latency, measure_latency_interleaved
+from .measure.memory import unmeasured
+from .measure.workloads import Unsupported, Workload, build_workload, cuda_peak_memory
+from .measure.workloads import unsupported_reason
+from .measurements import NULLABLE
+from .space import Arch, SearchSpace
+
+log = logging.getLogger(__name__)
+
+PER_CALL_FIELDS = ("latency_ms", "latency_mean_ms", "latency_std_ms", "latency_iqr_ms",
+                   "latency_ci95_ms")
+CPU_MEMORY_REASON = ("not measured on the CPU by the runtime stage (a fresh process per row "
+                     "would dominate it; the measure stage reads prefill memory)")
+OPTION_WORKLOADS = {"attention": ("prefill", "decode", "train_step"),
+                    "quant": ("prefill", "decode"), "compile": ("prefill", "decode", "train_step"),
+                    "recompute": ("train_step",)}
+
+
+def runtime_conditions(section: dict[str, Any]) -> list[Condition]:
+    """Each workload in each dtype with default options, then each option value varied alone
+    on the first dtype's condition of every workload it applies to."""
+    def base(workload: str, dtype: str) -> Condition:
+        return Condition(section["batch_size"], section["seq_len"], dtype, "eager", workload,
+                         section["gen_len"] if workload == "decode" else 0)
+
+    conditions = [base(w, d) for w in section["workloads"] for d in section["dtypes"]]
+    for option, values in section["options"].items():
+        for value in values:
+            conditions += [Condition(**{**base(w, section["dtypes"][0]).as_dict(), option: value})
+                           for w in section["workloads"] if w in OPTION_WORKLOADS[option]]
+    return list(dict.fromkeys(conditions))
+
+
+def spread_archs(archs: Sequence[Arch], space: SearchSpace, vocab_size: int, n: int
+                 ) -> list[Arch]:
+    """n archs evenly spaced over the parameter counts of archs (smallest and largest
+    included; all of them when there are no more than n)."""
+    ordered = sorted(archs, key=lambda a: (space.n_params(a, vocab_size), a.id))
+    if len(ordered) <= n:
+        return ordered
+    picks = np.unique(np.linspace(0, len(ordered) - 1, n).round().astype(int))
+    return [ordered[i] for i in picks]
+
+
+def settings_from_params(section: dict[str, Any], threads: int) -> Settings:
+    """Timing settings of the ``runtime`` params section."""
+    return Settings(threads=threads, warmup=section["warmup"],
+                    min_repeats=section["min_repeats"], max_repeats=section["max_repeats"],
+                    target_rel_ci=section["target_rel_ci"], max_seconds=section["max_seconds"],
+                    seed=section["seed"])
+
+
+def _flops(arch: Arch, space: SearchSpace, vocab_size: int, condition: Condition) -> int:
+    """Forward FLOPs of one call's tokens: decode per generated token (a one-token forward,
+    attention over the cache not counted), a train step three forwards (forward + backward)."""
+    if condition.workload == "decode":
+        return forward_flops(arch, space, vocab_size, condition.batch_size, 1)
+    flops = forward_flops(arch, space, vocab_size, condition.batch_size, condition.seq_len)
+    return 3 * flops if condition.workload == "train_step" else flops
+
+
+def _null_metrics(reason: str) -> dict[str, Any]:
+    return {**dict.fromkeys(LATENCY_FIELDS), "latency_drift_cv": None, "tokens_per_s": None,
+            **unmeasured(reason)}
+
+
+def _per_token(stats: dict[str, Any], workload: Workload) -> dict[str, Any]:
+    """Latency statistics of one call, as per generated token for decode, and throughput."""
+    scaled = {k: (v / workload.per_call if k in PER_CALL_FIELDS else v)
+              for k, v in stats.items()}
+    call_s = stats["latency_ms"] / 1000
+    return scaled | {"tokens_per_s": workload.tokens / call_s if call_s > 0 else None}
+
+
+def measure_condition(space: SearchSpace, archs: Sequence[Arch], vocab_size: int,
+                      condition: Condition, device: torch.device, settings: Settings
+                      ) -> list[dict[str, Any]]:
+    """One row per arch of one condition: status, latency (interleaved), throughput, memory."""
+    rows = [{"arch_id": a.id, **condition.as_dict(), "condition": condition.id,
+             "params": space.n_params(a, vocab_size),
+             "flops": _flops(a, space, vocab_size, condition), "threads": settings.threads}
+            for a in archs]
+    reason = unsupported_reason(condition, device, space.block_size)
+    if reason is not None:
+        return [row | {"status": "unsupported", "reason": reason, **_null_metrics(reason)}
+                for row in rows]
+    built: dict[int, Workload] = {}
+    for i, arch in enumerate(archs):
+        try:
+            built[i] = build_workload(space, arch, vocab_size, condition, device, settings.seed)
+        except Unsupported as err:
+            rows[i] |= {"status": "unsupported", "reason": str(err), **_null_metrics(str(err))}
+        except torch.OutOfMemoryError as err:
+            message = f"out of memory: {err}".splitlines()[0]
+            rows[i] |= {"status": "oom", "reason": message, **_null_metrics(message)}
+    if built:
+        stats = measure_latency_interleaved([w.call for w in built.values()], device,
+                                            **settings.timing(), seed=settings.seed)
+        for (i, workload), timed in zip(built.items(), stats):
+            memory = (cuda_peak_memory(workload, device) if device.type == "cuda"
+                      else unmeasured(CPU_MEMORY_REASON))
+            rows[i] |= {"status": "ok", "reason": None, **_per_token(timed, workload), **memory}
+    if device.type == "cuda":
+        built.clear()
+        torch.cuda.empty_cache()
+    return rows
+
+
+def breakdown_rows(space: SearchSpace, arch: Arch, vocab_size: int, condition: Condition,
+                   device: torch.device, settings: Settings, repeats: int
+                   ) -> list[dict[str, Any]]:
+    """Module and operator rows of one arch and condition: ms per call under the profiler,
+    the fraction of the profiled step, the step and the unprofiled latency per call."""
+    workload = build_workload(space, arch, vocab_size, condition, device, settings.seed)
+    latency = measure_latency(workload.call, device, **settings.timing())["latency_ms"]
+    profiled = profile_breakdown(workload.model, workload.call, repeats, device)
+    base = {"arch_id": arch.id, **condition.as_dict(), "condition": condition.id,
+            "step_ms": profiled["step_ms"], "latency_ms": latency}
+    return [base | {"view": view, "category": category, "ms": ms,
+                    "fraction": ms / profiled["step_ms"]}
+            for view in ("modules", "operators")
+            for category, ms in sorted(profiled[view].items())]
+
+
+def measure_runtime(section: dict[str, Any], threads: int, space: SearchSpace,
+                    archs: Sequence[Arch], vocab_size: int, label: str,
+                    aliases: dict[str, str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The runtime table and the breakdown table of this machine, labelled ``label``."""
+    device = default_device()
+    torch.set_num_threads(threads)
+    settings = settings_from_params(section, threads)
+    identity = fingerprint(threads, device)
+    resolved = resolve_label(label, identity, aliases)
+    chosen = spread_archs(archs, space, vocab_size, section["n_archs"])
+    extra = {"device": resolved, "scale": space.name, **identity,
+             "hwgptbench_version": __version__, "python_version": platform.python_version()}
+    rows = []
+    conditions = runtime_conditions(section)
+    for condition in tqdm(conditions, desc="runtime", unit="condition"):
+        rows += [extra | row for row in measure_condition(space, chosen, vocab_size, condition,
+                                                          device, settings)]
+    profiled = spread_archs(chosen, space, vocab_size, section["breakdown"]["n_archs"])
+    defaults = [c for c in conditions if c.dtype == section["dtypes"][0]
+                and c == Condition(**{**c.as_dict(), "attention": "default", "quant": "none",
+                                      "compile": False, "recompute": False})]
+    parts = []
+    for arch in tqdm(profiled, desc="breakdown", unit="arch"):
+        for condition in defaults:
+            try:
+                parts += breakdown_rows(space, arch, vocab_size, condition, device, settings,
+                                        section["breakdown"]["repeats"])
+            except Unsupported as err:
+                log.warning("breakdown of %s skipped: %s", arch.id, err)
+    runtime = pl.DataFrame(rows, schema_overrides=NULLABLE | {"tokens_per_s": pl.Float64},
+                           infer_schema_length=None)
+    breakdown = pl.DataFrame(parts, infer_schema_length=None).with_columns(
+        pl.lit(resolved).alias("device"))
+    return runtime, breakdown
+
+
+def write_runtime(runtime: pl.DataFrame, breakdown: pl.DataFrame,
+                  out: str | os.PathLike[str], breakdown_out: str | os.PathLike[str]) -> None:
+    """Write both tables (atomically, each)."""
+    write_table(runtime, out)
+    write_table(breakdown, breakdown_out)
+
+
+def merge_tables(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]
+                 ) -> pl.DataFrame:
+    """The tables of several devices in one (an empty table when there are none)."""
+    tables = [pl.read_parquet(p) for p in paths]
+    merged = pl.concat(tables, how="diagonal_relaxed") if tables else pl.DataFrame()
+    write_table(merged, out)
+    return merged

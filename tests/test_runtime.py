@@ -1,0 +1,193 @@
+"""Runtime dissection: workloads, runtime options, the per-module breakdown, runtime queries."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+import torch
+import yaml
+
+from conftest import REPO_ROOT
+from hwgptbench import runtime, surrogates
+from hwgptbench.api import Benchmark, QueryError
+from hwgptbench.measure import Condition, Settings, auto_label, fingerprint, measure_latency
+from hwgptbench.measure.breakdown import MODULE_CLASSES, OTHER, profile_breakdown
+from hwgptbench.measure.runner import build_model
+from hwgptbench.measure.workloads import Unsupported, build_workload
+from hwgptbench.space import Arch, SearchSpace
+
+SPACE = SearchSpace.from_dict("small", {
+    "embed_dim": [32, 48], "n_layer": [1, 2, 4], "n_head": [2, 3], "mlp_ratio": [2, 4],
+    "bias": [True, False], "head_size": 8, "block_size": 48, "rotary_fraction": 0.5})
+VOCAB = 97
+CPU = torch.device("cpu")
+FAST = {"n_archs": 6, "batch_size": 1, "seq_len": 16, "gen_len": 8,
+        "workloads": ["prefill", "decode", "train_step"], "dtypes": ["fp32", "bf16"],
+        "options": {"attention": ["math", "efficient"], "quant": ["int8"], "compile": [],
+                    "recompute": [True]},
+        "warmup": 1, "min_repeats": 5, "max_repeats": 10, "target_rel_ci": 0.05,
+        "max_seconds": 0.05, "breakdown": {"n_archs": 1, "repeats": 3}, "seed": 0}
+
+
+def test_default_ids_are_unchanged_and_every_id_round_trips() -> None:
+    assert Condition(1, 128, "fp32").id == "b1-t128-fp32-eager"
+    conditions = runtime.runtime_conditions(FAST)
+    assert len({c.id for c in conditions}) == len(conditions) == 6 + 2 * 3 + 2 + 1
+    for condition in conditions:
+        assert Condition.from_id(condition.id) == condition
+    assert Condition.from_id("b2-t64-bf16-eager-decode32-sdpa_math").gen_len == 32
+    with pytest.raises(ValueError, match="recompute"):
+        Condition(1, 16, "fp32", recompute=True)
+    with pytest.raises(ValueError, match="unknown part"):
+        Condition.from_id("b1-t16-fp32-eager-turbo")
+
+
+def test_decode_with_a_kv_cache_gives_the_full_forward_logits() -> None:
+    model = build_model(SPACE, SPACE.largest(), VOCAB, 0, CPU, torch.float32)
+    x = torch.randint(VOCAB, (2, 20), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        full = model(x)
+        cache = model.new_cache(2, 20)
+        steps = [model(x[:, :12], cache=cache)]
+        steps += [model(x[:, i:i + 1], cache=cache) for i in range(12, 20)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="KV cache full"):
+        model(x[:, :1], cache=cache)
+
+
+def test_recomputation_leaves_the_gradients_unchanged() -> None:
+    grads = []
+    for recompute in (False, True):
+        model = build_model(SPACE, SPACE.largest(), VOCAB, 0, CPU, torch.float32).train()
+        model.recompute = recompute
+        x = torch.randint(VOCAB, (2, 16), generator=torch.Generator().manual_seed(1))
+        model(x, torch.roll(x, -1, 1))[1].backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    torch.testing.assert_close(grads[0], grads[1])
+
+
+@pytest.mark.parametrize("condition", [
+    Condition(1, 16, "fp32"), Condition(2, 16, "bf16", workload="decode", gen_len=4),
+    Condition(1, 16, "bf16", workload="train_step"),
+    Condition(1, 16, "fp32", workload="train_step", recompute=True),
+    Condition(1, 16, "fp32", quant="int8"), Condition(1, 16, "fp32", attention="math"),
+    Condition(1, 16, "fp32", workload="decode", gen_len=4, attention="flash"),
+], ids=lambda c: c.id)
+def test_every_cpu_workload_and_option_runs(condition: Condition) -> None:
+    workload = build_workload(SPACE, SPACE.largest(), VOCAB, condition, CPU, 0)
+    out = workload.call()
+    assert torch.isfinite(out.float()).all()
+    expected = condition.batch_size * (condition.gen_len or condition.seq_len)
+    assert workload.tokens == expected
+
+
+def test_int8_weights_shrink_the_linears_and_keep_the_output_close() -> None:
+    plain = build_workload(SPACE, SPACE.largest(), VOCAB, Condition(1, 16, "fp32"), CPU, 0)
+    quant = build_workload(SPACE, SPACE.largest(), VOCAB, Condition(1, 16, "fp32", quant="int8"),
+                           CPU, 0)
+    reference, quantized = plain.call(), quant.call()
+    assert not torch.equal(reference, quantized)
+    assert (quantized - reference).abs().max() < 0.05 * reference.abs().max()
+
+
+def test_a_backend_without_a_cpu_kernel_is_unsupported_not_a_crash() -> None:
+    with pytest.raises(Unsupported, match="sdpa_efficient does not run on cpu"):
+        build_workload(SPACE, SPACE.largest(), VOCAB,
+                       Condition(1, 16, "fp32", attention="efficient"), CPU, 0)
+
+
+def test_compiled_prefill_gives_the_eager_output() -> None:
+    eager = build_workload(SPACE, SPACE.smallest(), VOCAB, Condition(1, 16, "fp32"), CPU, 0)
+    compiled = build_workload(SPACE, SPACE.smallest(), VOCAB,
+                              Condition(1, 16, "fp32", compile=True), CPU, 0)
+    torch.testing.assert_close(compiled.call(), eager.call(), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("workload", ["prefill", "decode"])
+def test_breakdown_attributes_the_profiled_step_to_modules(workload: str) -> None:
+    arch = Arch.from_id("e48-l2-h3_3-r4_4-b1")
+    condition = Condition(1, 32, "fp32", workload=workload,
+                          gen_len=8 if workload == "decode" else 0)
+    built = build_workload(SPACE, arch, VOCAB, condition, CPU, 0)
+    profiled = profile_breakdown(built.model, built.call, 5, CPU)
+    modules, step = profiled["modules"], profiled["step_ms"]
+    assert set(MODULE_CLASSES) - {"embedding"} <= set(modules)
+    named = sum(ms for name, ms in modules.items() if name != OTHER)
+    # disjoint ranges: the classes never add up to more than the step they sit in
+    assert named <= step * 1.05
+    assert named >= 0.5 * step, modules
+    assert sum(profiled["operators"].values()) <= step * 1.05
+
+
+def test_decode_latency_per_token_grows_with_layers() -> None:
+    settings = Settings(threads=2, warmup=2, min_repeats=10, max_repeats=40, max_seconds=0.5)
+    condition = Condition(1, 16, "fp32", workload="decode", gen_len=8)
+    per_token = {}
+    for n_layer in (1, 4):
+        arch = Arch(48, n_layer, (3,) * n_layer, (4,) * n_layer, True)
+        built = build_workload(SPACE, arch, VOCAB, condition, CPU, 0)
+        stats = measure_latency(built.call, CPU, **settings.timing())
+        per_token[n_layer] = stats["latency_ms"] / built.per_call
+    assert per_token[4] > 1.5 * per_token[1], per_token
+
+
+@pytest.fixture(scope="module")
+def measured() -> tuple[pl.DataFrame, pl.DataFrame]:
+    archs = SPACE.sample(12, seed=3)
+    aliases = {"cpu-test": auto_label(fingerprint(2, CPU))}
+    return runtime.measure_runtime(FAST, 2, SPACE, archs, VOCAB, "cpu-test", aliases)
+
+
+def test_runtime_table_has_every_condition_with_reasons(
+        measured: tuple[pl.DataFrame, pl.DataFrame]) -> None:
+    table, _ = measured
+    conditions = {c.id for c in runtime.runtime_conditions(FAST)}
+    assert set(table["condition"]) == conditions
+    assert table.group_by("condition").len()["len"].unique().to_list() == [FAST["n_archs"]]
+    unsupported = table.filter(pl.col("status") != "ok")
+    assert set(unsupported["attention"]) == {"efficient"}
+    assert unsupported["latency_ms"].null_count() == unsupported.height
+    assert unsupported["reason"].str.contains("efficient").all()
+    ok = table.filter(pl.col("status") == "ok")
+    assert (ok["latency_ms"] > 0).all() and (ok["tokens_per_s"] > 0).all()
+    assert ok["memory_reason"].str.contains("not measured on the CPU").all()
+
+
+def test_breakdown_table_has_both_views_per_workload(
+        measured: tuple[pl.DataFrame, pl.DataFrame]) -> None:
+    _, breakdown = measured
+    assert set(breakdown["workload"]) == set(FAST["workloads"])
+    assert set(breakdown["view"]) == {"modules", "operators"}
+    totals = breakdown.filter(pl.col("view") == "modules").group_by("condition").agg(
+        pl.col("ms").sum(), pl.col("step_ms").first())
+    for ms, step in totals.select("ms", "step_ms").iter_rows():
+        assert ms == pytest.approx(step, rel=0.05)
+    train = breakdown.filter((pl.col("workload") == "train_step") & (pl.col("view") == "modules"))
+    assert {"backward", "optimizer"} <= set(train["category"])
+
+
+def test_conditions_are_queried_by_their_fields(measured: tuple[pl.DataFrame, pl.DataFrame],
+                                                tmp_path: Path) -> None:
+    table, _ = measured
+    section = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["surrogate"]
+    section |= {"families": ["lightgbm"], "min_rows": 4, "folds": 2,
+                "metrics": ["latency_ms"]}
+    out = tmp_path / "results" / "small" / "surrogates" / "devices" / "cpu-test"
+    quality = surrogates.fit_device(section, SPACE, VOCAB, table, out)
+    assert quality.filter(pl.col("status") == "ok").height == table.filter(
+        pl.col("status") == "ok")["condition"].n_unique()
+    bench = Benchmark.load("small", tmp_path / "results")
+    archs = SPACE.sample(5, seed=9)
+    decode = bench.query(archs, "latency_ms", device="cpu-test",
+                         condition={"workload": "decode", "dtype": "bf16"})
+    by_id = bench.query(archs, "latency_ms", device="cpu-test",
+                        condition="b1-t16-bf16-eager-decode8")
+    assert decode.equals(by_id)
+    with pytest.raises(QueryError, match="matches 2 conditions"):
+        bench.query(archs, "latency_ms", device="cpu-test", condition={"workload": "decode"})
+    with pytest.raises(QueryError, match="unknown condition fields"):
+        bench.query(archs, "latency_ms", device="cpu-test", condition={"kernel": "x"})
+    shutil.rmtree(out)
