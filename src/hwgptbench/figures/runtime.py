@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import polars as pl
 
@@ -40,7 +41,8 @@ def breakdown_bars(breakdown: pl.DataFrame, out_stem: PathLike) -> list[Path]:
     modules = breakdown.filter(pl.col("view") == "modules")
     order = [c for c in (*MODULE_CLASSES, *STAGE_CLASSES, OTHER)
              if c in set(modules["category"])]
-    colors = cycle_colors(order)
+    palette = matplotlib.colormaps["tab20"].colors  # one colour per class (up to 20)
+    colors = {category: palette[i % len(palette)] for i, category in enumerate(order)}
     panels = modules.select("device", "workload").unique().sort("device", "workload")
     rows, cols = grid_shape(panels.height)
     fig = new_figure(DOUBLE_WIDTH, 2.8 * rows + 0.6)
@@ -64,8 +66,8 @@ def breakdown_bars(breakdown: pl.DataFrame, out_stem: PathLike) -> list[Path]:
     for ax in axes[panels.height:]:
         ax.axis("off")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 7), fontsize=6,
-               frameon=False)
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 7),
+               fontsize=6, frameon=False)
     return save(fig, out_stem)
 
 
