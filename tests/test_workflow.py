@@ -31,7 +31,8 @@ FAST = {"supernet.steps": 3, "supernet.batch_size": 2, "supernet.checkpoint_ever
         "surrogate.folds": 2, "search.budget": 6, "search.seeds": 1,
         "search.reference_archs": 500, "search.options.bo": {"initial": 3, "candidates": 20},
         "runtime.n_archs": 4, "runtime.warmup": 1, "runtime.min_repeats": 3,
-        "runtime.max_repeats": 6, "runtime.max_seconds": 0.05,
+        "runtime.max_repeats": 6, "runtime.max_seconds": 0.05, "runtime.dtypes": ["fp32"],
+        "runtime.options.attention": ["math"],
         "runtime.breakdown": {"n_archs": 1, "repeats": 2}}
 
 
@@ -180,6 +181,7 @@ def device_label(repo: Path) -> str:
     return run(["hwgptbench", "devices", "--label"], repo).stdout.strip()
 
 
+@pytest.mark.slow  # ~4 min: three clones, a measurement, a full dvc repro (-m slow)
 def test_campaign_over_two_devices_merges_without_remeasuring(pushed: Path, tmp_path: Path
                                                               ) -> None:
     """Machines A and B each measure and publish their device table; a third clone pulls both
