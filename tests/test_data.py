@@ -127,6 +127,15 @@ def test_offline_huggingface_corpus_names_corpus_and_fallback(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    # the libraries read these variables once, on import: a test that imported them earlier
+    # (lm-eval, transformers) would otherwise leave them online, retrying for ~25 s
+    import datasets.config
+    import huggingface_hub.constants
+
+    for module, name in ((datasets.config, "HF_HUB_OFFLINE"),
+                         (datasets.config, "HF_DATASETS_OFFLINE"),
+                         (huggingface_hub.constants, "HF_HUB_OFFLINE")):
+        monkeypatch.setattr(module, name, True)
     spec = {"source": "huggingface", "dataset": "roneneldan/TinyStories", "split": "train",
             "text_field": "text"}
     with pytest.raises(data.CorpusUnavailableError) as info:

@@ -130,3 +130,11 @@ def test_nan_objectives_are_not_modelled() -> None:
     table = search(problem, "lsbo", 12, options={"initial": 5, "candidates": 200,
                                                  "refit_every": 2})
     assert table.height == 12 and table["arch_id"].n_unique() == 12
+
+
+def test_ehvi_keeps_botorch_pure_pytorch_path() -> None:
+    """No JIT-compiled, CPU-specific kernel: the same search on every machine (bo.py)."""
+    from botorch.acquisition.multi_objective import logei
+
+    search(AnalyticProblem(SPACE, ["error", "latency"]), "ehvi", 7)
+    assert logei._C is None

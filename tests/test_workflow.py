@@ -19,7 +19,9 @@ from conftest import make_project, run
 NOTHING_TO_DO = "Nothing to be done"
 ALL_STAGES = {"data", "supernet", "sample_archs", "perplexity", "measure", "measure_device",
               "measurements", "runtime", "runtime_merged", "surrogates_perplexity", "surrogates_device", "surrogate_quality",
-              "search_reference", "search", "search_summary", "figures_of_scale", "transfer"}
+              "search_reference", "search", "search_summary", "figures_of_scale", "transfer",
+              "compress_dense", "compress_finetune", "compress_search", "compress_table",
+              "compress"}
 SEARCH_AND_FIGURES = {"search_reference", "search", "search_summary", "figures_of_scale"}
 # The whole workflow, small enough for a test.
 FAST = {"supernet.steps": 3, "supernet.batch_size": 2, "supernet.checkpoint_every": 2,
@@ -33,7 +35,21 @@ FAST = {"supernet.steps": 3, "supernet.batch_size": 2, "supernet.checkpoint_ever
         "runtime.n_archs": 4, "runtime.warmup": 1, "runtime.min_repeats": 3,
         "runtime.max_repeats": 6, "runtime.max_seconds": 0.05, "runtime.dtypes": ["fp32"],
         "runtime.options.attention": ["math"],
-        "runtime.breakdown": {"n_archs": 1, "repeats": 2}}
+        "runtime.breakdown": {"n_archs": 1, "repeats": 2},
+        "compress.pretrain.steps": 3, "compress.pretrain.batch_size": 2,
+        "compress.pretrain.checkpoint_every": 2, "compress.pretrain.warmup_steps": 1,
+        "compress.pretrain.device": "cpu", "compress.finetune.steps": 2,
+        "compress.finetune.batch_size": 2, "compress.finetune.checkpoint_every": 1,
+        "compress.finetune.warmup_steps": 1, "compress.finetune.device": "cpu",
+        "compress.importance.batches": 1, "compress.importance.batch_size": 2,
+        "compress.evaluate.batches": 1, "compress.evaluate.batch_size": 2,
+        "compress.evaluate.device": "cpu", "compress.evaluate.cloze.items": 8,
+        "compress.timing.min_repeats": 2, "compress.timing.max_repeats": 3,
+        "compress.timing.max_seconds": 0.02, "compress.timing.warmup": 1,
+        "compress.search.budget": 6,
+        "compress.search.options": {"nsga2": {"population_size": 4},
+                                    "iterative": {"initial": 3, "per_round": 2,
+                                                  "population_size": 6, "generations": 2}}}
 
 
 def dvc_status(repo: Path) -> dict:
@@ -78,6 +94,11 @@ def pushed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert (final["cost"] <= 6 + 1e-9).all()
     assert json.loads((repo / "results" / "tiny" / "search_metrics.json").read_text())
     assert (repo / "results" / "tiny" / "figures" / "hypervolume.svg").stat().st_size > 0
+    compress = pl.read_parquet(repo / "results" / "compress" / "llama-tiny" / "compress.parquet")
+    assert {"dense", "largest, fine-tuned"} <= set(compress["model"])
+    assert set(compress["quant"]) == {"none", "int8_dynamic"}
+    assert (compress["size_mb"] > 0).all() and (compress["tokens_per_s"] > 0).all()
+    assert (repo / "results" / "compress" / "llama-tiny" / "figures" / "compress.png").exists()
     assert dvc_status(repo) == {}
     assert snakemake_jobs(repo) == set()
     run(["dvc", "push"], repo)
@@ -118,6 +139,10 @@ def test_pull_into_fresh_clone_is_up_to_date_in_both_tools(pushed: Path, tmp_pat
     assert snakemake_jobs(repo) == {"perplexity", "surrogates_perplexity",
                                     "surrogate_quality"} | SEARCH_AND_FIGURES
     assert set(dvc_status(repo)) == {"perplexity@tiny"}
+    run(["git", "checkout", "params.yaml"], repo)
+    set_param(repo, ["compress", "table", "tolerances"], [0.02])  # not the fine-tune's entries
+    assert snakemake_jobs(repo) == {"compress_table", "compress"}
+    assert set(dvc_status(repo)) == {"compress"}
     run(["git", "checkout", "params.yaml"], repo)
     set_param(repo, ["search", "budget"], 7)
     assert snakemake_jobs(repo) == SEARCH_AND_FIGURES

@@ -1,33 +1,57 @@
 """The `hwgptbench` command line: one thin subcommand per workflow stage.
 
 Snakemake rules call these subcommands, so a stage runs the same from the workflow, a
-cluster job or a shell.
+cluster job or a shell. Each command imports the stage modules it runs (torch, LightGBM,
+BoTorch and DVC take seconds to load), so that a command starts with only what it needs.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
-from . import (__version__, archs, data, io, measurements, params, perplexity, runtime,
-               search, surrogates, sync, train, transfer)
-from .api import ADAPTED, Benchmark, QueryError
-from .measure import (DTYPES, DeviceMismatchError, auto_label, default_device,
-                      dtype_unsupported_reason, fingerprint, open_energy_meter)
-from .search import ALGORITHMS, Problem
-from .space import InvalidArchError, SearchSpace
+from . import __version__, archs, data, io, params
+from .compress import commands as compress_commands
+from .space import SearchSpace
+
+if TYPE_CHECKING:
+    from .search import Problem
 
 log = logging.getLogger("hwgptbench")
 
-_USER_ERRORS = (params.ParamsError, data.CorpusUnavailableError, FileNotFoundError,
-                sync.StaleResultsError, DeviceMismatchError, measurements.MeasurementError,
-                QueryError, InvalidArchError, transfer.TransferError)
+# exceptions that mean bad input (exit 2, the message without a traceback), by module
+_USER_ERRORS = {"hwgptbench.params": "ParamsError", "hwgptbench.data": "CorpusUnavailableError",
+                "builtins": "FileNotFoundError", "hwgptbench.sync": "StaleResultsError",
+                "hwgptbench.measure.device": "DeviceMismatchError",
+                "hwgptbench.measurements": "MeasurementError", "hwgptbench.api": "QueryError",
+                "hwgptbench.space": "InvalidArchError",
+                "hwgptbench.transfer.targets": "TransferError"}
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """The user-error types among the loaded modules (a module not loaded raised none)."""
+    return tuple(getattr(sys.modules[module], name) for module, name in _USER_ERRORS.items()
+                 if module in sys.modules)
+
+
+def _one_of(module: str, registry: str) -> Callable[[str], str]:
+    """An argparse type accepting a key of ``module.registry``, imported only when the option
+    is given."""
+    def check(name: str) -> str:
+        choices = getattr(importlib.import_module(module, __package__), registry)
+        if name not in choices:
+            raise argparse.ArgumentTypeError(f"{name!r} is not one of "
+                                             f"{', '.join(sorted(choices))}")
+        return name
+    return check
 
 
 def _params_arg(parser: argparse.ArgumentParser) -> None:
@@ -67,6 +91,8 @@ def cmd_data(args: argparse.Namespace) -> None:
 
 def cmd_train(args: argparse.Namespace) -> None:
     """Train the weight-sharing supernet of one scale (sandwich rule; resumes)."""
+    from . import train
+
     config = _load(args, ["supernet", "spaces"])
     space = _space(config, args.scale)
     shards = data.TokenShards.open(args.data, verify=True)
@@ -90,6 +116,8 @@ def cmd_sample(args: argparse.Namespace) -> None:
 def cmd_perplexity(args: argparse.Namespace) -> None:
     """Validation perplexity of the sampled archs with inherited supernet weights, for the
     final supernet and each of its snapshots (the training-step fidelities)."""
+    from . import perplexity, train
+
     config = _load(args, ["perplexity"])["perplexity"]
     device = train.resolve_device(config["device"])
     supernets = train.supernet_files(args.supernet)
@@ -110,6 +138,8 @@ def cmd_perplexity(args: argparse.Namespace) -> None:
 
 def cmd_measure(args: argparse.Namespace) -> None:
     """Measure latency, energy, memory and FLOPs of sampled archs on this machine."""
+    from . import measurements
+
     config = _load(args, ["measure", "spaces"])
     space = _space(config, args.scale)
     data_dir = args.data or f"results/data/{_load(args, ['data'])['data']['name']}"
@@ -127,6 +157,8 @@ def cmd_measure(args: argparse.Namespace) -> None:
 
 def cmd_runtime(args: argparse.Namespace) -> None:
     """Time workloads under runtime options and break their time down by module, here."""
+    from . import measurements, runtime
+
     config = _load(args, ["measure", "runtime", "spaces"])
     space = _space(config, args.scale)
     vocab_size = data.TokenShards.open(args.data).manifest["tokenizer"]["vocab_size"]
@@ -143,6 +175,8 @@ def cmd_runtime(args: argparse.Namespace) -> None:
 
 def cmd_merge_runtime(args: argparse.Namespace) -> None:
     """Merge the runtime and breakdown tables of every device of a scale."""
+    from . import runtime
+
     table = runtime.merge_tables(args.runtime, args.out)
     breakdown = runtime.merge_tables(args.breakdown, args.breakdown_out)
     log.info("wrote %s (%d rows) and %s (%d rows)", args.out, table.height, args.breakdown_out,
@@ -151,6 +185,8 @@ def cmd_merge_runtime(args: argparse.Namespace) -> None:
 
 def cmd_merge(args: argparse.Namespace) -> None:
     """Merge measurement shards into a device table, or device tables into one table."""
+    from . import measurements
+
     merge = measurements.merge_devices if args.devices else measurements.merge_shards
     table = merge(args.inputs, args.out)
     log.info("wrote %s: %d rows", args.out, table.height)
@@ -158,6 +194,10 @@ def cmd_merge(args: argparse.Namespace) -> None:
 
 def cmd_devices(args: argparse.Namespace) -> None:
     """Print this machine's fingerprint, label and which metrics it can measure."""
+    from . import measurements
+    from .measure import (DTYPES, auto_label, default_device, dtype_unsupported_reason,
+                          fingerprint, open_energy_meter)
+
     config = _load(args, ["measure"])["measure"]
     if args.label:  # for scripts: the label this machine's tables are filed under
         print(measurements.device_label(config, config["threads"]))
@@ -182,6 +222,8 @@ def cmd_devices(args: argparse.Namespace) -> None:
 
 def cmd_fit_surrogates(args: argparse.Namespace) -> None:
     """Fit and cross-validate the surrogates of one device's table, or of perplexity."""
+    from . import surrogates
+
     config = _load(args, ["surrogate", "spaces"])
     space = _space(config, args.scale)
     vocab_size = data.TokenShards.open(args.data).manifest["tokenizer"]["vocab_size"]
@@ -197,6 +239,8 @@ def cmd_fit_surrogates(args: argparse.Namespace) -> None:
 
 def cmd_merge_quality(args: argparse.Namespace) -> None:
     """Merge surrogate quality tables into one table and a DVC metrics file."""
+    from . import surrogates
+
     quality = surrogates.merge_quality(args.inputs, args.scale, args.out, args.metrics_out)
     with pl.Config(tbl_rows=100, tbl_cols=12, tbl_width_chars=160):
         print(quality.filter(pl.col("status") == "ok").select(
@@ -212,6 +256,8 @@ def _vocab_size(args: argparse.Namespace) -> int:
 
 def cmd_transfer(args: argparse.Namespace) -> None:
     """Leave-one-target-out quality of few-shot transfer to a new device or condition."""
+    from . import transfer
+
     config = _load(args, ["transfer", "spaces"])
     section = config["transfer"]
     quality = transfer.evaluate(pl.read_parquet(args.measurements), _space(config, args.scale),
@@ -235,6 +281,8 @@ def cmd_transfer(args: argparse.Namespace) -> None:
 def cmd_adapt(args: argparse.Namespace) -> None:
     """Adapt the hardware surrogates to a new device from k measured archs (measured on this
     machine, or read from --measurements), for `Benchmark.query` and `hwgptbench query`."""
+    from . import measurements
+    from .api import ADAPTED
     from .transfer.adapt import adapt_device, measure_for_adaptation
 
     config = _load(args, ["transfer", "measure", "spaces"])
@@ -263,6 +311,8 @@ def cmd_adapt(args: argparse.Namespace) -> None:
 
 def cmd_query(args: argparse.Namespace) -> None:
     """Predicted (or measured) metrics of archs on a device."""
+    from .api import Benchmark, QueryError
+
     bench = Benchmark.load(args.scale, args.results, family=args.family)
     ids = list(args.arch or [])
     if args.archs_file:
@@ -287,6 +337,9 @@ def cmd_query(args: argparse.Namespace) -> None:
 
 def _search_problem(args: argparse.Namespace) -> tuple[dict, Problem]:
     """The search section and the problem of --objectives on --device."""
+    from . import search
+    from .api import Benchmark
+
     config = _load(args, ["search"])["search"]
     if args.objectives not in config["objective_sets"]:
         raise params.ParamsError(f"--objectives {args.objectives!r} is not a key of "
@@ -298,6 +351,8 @@ def _search_problem(args: argparse.Namespace) -> tuple[dict, Problem]:
 
 def cmd_search_reference(args: argparse.Namespace) -> None:
     """Scaling, reference point and reference Pareto front of one objective set on a device."""
+    from . import search
+
     config, problem = _search_problem(args)
     reference, front = search.compute_reference(problem, config["reference_archs"],
                                                 config["reference_seed"])
@@ -310,6 +365,7 @@ def cmd_search(args: argparse.Namespace) -> None:
     """Run one search algorithm for every seed against the surrogate benchmark."""
     import torch
 
+    from . import search
     from .search.algorithms import options_of
 
     config, problem = _search_problem(args)
@@ -348,11 +404,15 @@ def cmd_figures(args: argparse.Namespace) -> None:
 
 def cmd_pull(args: argparse.Namespace) -> None:
     """Fetch results from the DVC remote; mark those that are current up to date for Snakemake."""
+    from . import sync
+
     sync.pull(args.targets, remote=args.remote)
 
 
 def cmd_publish_device(args: argparse.Namespace) -> None:
     """Publish a device's measurement table (devices/{scale}/{label}.parquet) to the DVC remote."""
+    from . import measurements, sync
+
     section = _load(args, ["measure"])["measure"]
     label = args.device or measurements.device_label(section, section["threads"])
     pointer = sync.publish_device(args.scale, label, args.results, push=not args.no_push,
@@ -465,9 +525,9 @@ def build_parser() -> argparse.ArgumentParser:
                                          "{results}/{scale}/archs.parquet)")
     command.add_argument("--sources", help="measurements of the source devices (default: "
                                            "{results}/{scale}/measurements.parquet)")
-    command.add_argument("--method", choices=sorted(transfer.METHODS),
-                         help="adaptation method (default: transfer.method)")
-    command.add_argument("--selection", choices=sorted(transfer.SELECTIONS),
+    command.add_argument("--method", type=_one_of(".transfer", "METHODS"),
+                         help="adaptation method (default: transfer.method; docs/transfer.md)")
+    command.add_argument("--selection", type=_one_of(".transfer", "SELECTIONS"),
                          help="which archs to measure (default: transfer.selection)")
     command.add_argument("--data", help="data-stage folder, for the vocabulary size "
                                         "(default: results/data/{data.name})")
@@ -493,7 +553,8 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--device", required=True,
                              help="device label of the hardware metrics")
         command.add_argument("--out", required=True, help="output folder")
-    command.add_argument("--algorithm", required=True, choices=sorted(ALGORITHMS))
+    command.add_argument("--algorithm", required=True, type=_one_of(".search", "ALGORITHMS"),
+                         help="search algorithm (docs/search.md)")
     command.add_argument("--reference", required=True, help="folder of search-reference")
     command.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
     command = add("search-summary", cmd_search_summary)
@@ -512,6 +573,7 @@ def build_parser() -> argparse.ArgumentParser:
                                           "measure params)")
     command.add_argument("--no-push", action="store_true", help="dvc add only, push later")
     command.add_argument("--remote", help="DVC remote name (default: the configured default)")
+    compress_commands.register(add)
     return parser
 
 
@@ -525,7 +587,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hwgptbench {args.command}: error: {' '.join(exc.cmd)} exited with "
               f"{exc.returncode}", file=sys.stderr)
         return 1
-    except _USER_ERRORS as exc:
+    except Exception as exc:
+        if not isinstance(exc, _user_errors()):
+            raise
         print(f"hwgptbench {args.command}: error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -80,8 +80,10 @@ def validate(doc: Any, sections: list[str] | None = None, source: str = "params"
     sections, e.g. a `results/.params/data.json` file, validates just those).
     """
     full = schema()
-    if sections is not None:
-        full = {**full, "required": list(sections)}
+    if sections is not None:  # a stage given the entry files it reads has only those entries
+        properties = {name: {**prop, "required": []} if name in PER_ENTRY_SECTIONS else prop
+                      for name, prop in full["properties"].items()}
+        full = {**full, "required": list(sections), "properties": properties}
     validator = jsonschema.Draft202012Validator(full)
     errors = sorted(validator.iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path])
     problems = [_describe(e) for e in errors] or _cross_field_problems(doc)
@@ -148,15 +150,42 @@ def runtime_problems(runtime: dict[str, Any]) -> list[str]:
             f"{runtime['max_repeats']}; lower it or raise max_repeats"]
 
 
+def compress_problems(compress: dict[str, Any]) -> list[str]:
+    """Why the ``compress`` section cannot run: its space, its dense-model source, timing."""
+    from .space import SearchSpace
+
+    problems = []
+    if "space" in compress:
+        try:
+            SearchSpace.from_dict(compress.get("name", "compress"), compress["space"])
+        except ValueError as error:
+            problems.append(f"compress.space: {error}")
+    if compress.get("source") == "huggingface" and not compress.get("checkpoint"):
+        problems.append("compress.checkpoint: source huggingface needs the checkpoint directory")
+    timing = compress.get("timing")
+    if timing and timing["min_repeats"] > timing["max_repeats"]:
+        problems.append(f"compress.timing.min_repeats: {timing['min_repeats']} exceeds "
+                        f"max_repeats {timing['max_repeats']}")
+    for name in ("pretrain", "finetune"):
+        section = compress.get(name)
+        if section is None:
+            continue
+        problems += [f"compress.{name}: {problem}" for problem in
+                     snapshot_problems(section["snapshots"], section["steps"])
+                     + batch_problems(section["batch_size"], section["processes"])]
+    return problems
+
+
 def _cross_field_problems(doc: dict[str, Any]) -> list[str]:
     """Constraints between fields that the schema cannot express, one line each."""
     supernet, search, transfer = doc.get("supernet"), doc.get("search"), doc.get("transfer")
-    runtime = doc.get("runtime")
+    runtime, compress = doc.get("runtime"), doc.get("compress")
     return ((snapshot_problems(supernet["snapshots"], supernet["steps"])
              + batch_problems(supernet["batch_size"], supernet["processes"]))
             if supernet else []) + (search_problems(search) if search else []) + (
         transfer_problems(transfer) if transfer else []) + (
-        runtime_problems(runtime) if runtime else [])
+        runtime_problems(runtime) if runtime else []) + (
+        compress_problems(compress) if compress else [])
 
 
 def load(path: str | os.PathLike[str], sections: list[str] | None = None) -> dict[str, Any]:
@@ -171,9 +200,10 @@ def load(path: str | os.PathLike[str], sections: list[str] | None = None) -> dic
     return validate(doc, sections=sections, source=str(path))
 
 
-# Sections whose entries are read separately (one search space per scale): each entry gets a
-# file of its own, so editing the `s` space does not rerun the `tiny` stages.
-PER_ENTRY_SECTIONS = ("spaces",)
+# Sections whose entries are read separately (one search space per scale; the compression
+# stages each read a few entries of `compress`): each entry gets a file of its own, so editing
+# the `s` space does not rerun the `tiny` stages, nor `compress.table` the pretraining.
+PER_ENTRY_SECTIONS = ("spaces", "compress")
 
 
 def write_sections(params: dict[str, Any], folder: str | os.PathLike[str]) -> dict[str, Path]:

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import polars as pl
 
-from .catalog import FIGURES, TABLES
 from .figures import benchmark, runtime, search, surrogate, tables, transfer
 from .io import atomic_path
 from .perplexity import fully_trained

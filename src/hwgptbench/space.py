@@ -2,7 +2,8 @@
 
 A search space is data (a section of params.yaml): the choices for the embedding width, the
 number of layers, the per-layer head count and MLP ratio, and the bias flag, plus the fixed
-head size, context length and rotary fraction. An :class:`Arch` picks one embedding width, one
+head size, context length and rotary fraction, and the model family with its fixed dims
+(``family``: ``gpt_neox`` by default, or ``llama``; ``n_kv_head``, ``rope_base``, ``norm_eps``). An :class:`Arch` picks one embedding width, one
 layer count, a head count and an MLP ratio for every layer, and the bias flag. Archs have a
 canonical string id (``e128-l3-h4_2_4-r4_3_2-b1``) that round-trips exactly.
 """
@@ -127,6 +128,9 @@ class Arch:
 
 _CHOICES = ("embed_dim", "n_layer", "n_head", "mlp_ratio", "bias")
 _SCALARS = ("head_size", "block_size", "rotary_fraction")
+FAMILIES = ("gpt_neox", "llama")
+# keys a space section may leave out, with their defaults (the GPT-NeoX family of the paper)
+OPTIONAL = {"family": "gpt_neox", "n_kv_head": 0, "rope_base": 10000.0, "norm_eps": 1e-5}
 
 
 def _choices(space: str, field: str, values: Any) -> tuple[Any, ...]:
@@ -168,6 +172,10 @@ class SearchSpace:
     head_size: int
     block_size: int
     rotary_fraction: float
+    family: str = "gpt_neox"  # gpt_neox | llama (docs/model.md)
+    n_kv_head: int = 0  # key/value heads of every layer (grouped-query attention); 0: one per head
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
         for field in _CHOICES:
@@ -187,22 +195,45 @@ class SearchSpace:
         if int(self.mlp_ratio[0] * self.embed_dim[0]) < 1:
             raise ValueError(f"search space {self.name!r}: mlp_ratio: smallest MLP hidden width "
                              "int(mlp_ratio * embed_dim) is 0")
+        self._check_family()
+
+    def _check_family(self) -> None:
+        """The family and its fixed dims are consistent with the choices."""
+        where = f"search space {self.name!r}"
+        if self.family not in FAMILIES:
+            raise ValueError(f"{where}: family: {self.family!r} is not one of {FAMILIES}")
+        kv = self.n_kv_head
+        if not isinstance(kv, int) or isinstance(kv, bool) or kv < 0:
+            raise ValueError(f"{where}: n_kv_head: {kv!r} is not an int >= 0 (0: one key/value "
+                             "head per query head)")
+        if kv and any(h % kv for h in self.n_head):
+            raise ValueError(f"{where}: n_head: every choice must be a multiple of n_kv_head "
+                             f"{kv} (grouped-query attention), got {list(self.n_head)}")
+        for field in ("rope_base", "norm_eps"):
+            value = getattr(self, field)
+            if not isinstance(value, Real) or isinstance(value, bool) or not value > 0:
+                raise ValueError(f"{where}: {field}: {value!r} is not a positive number")
+        if self.family == "llama" and self.bias != (False,):
+            raise ValueError(f"{where}: bias: the llama family has no biases; set bias: [false]")
 
     @classmethod
     def from_dict(cls, name: str, d: Mapping[str, Any]) -> SearchSpace:
         """Build a space from its params.yaml section; every key is required."""
         keys = _CHOICES + _SCALARS
         missing = [k for k in keys if k not in d]
-        unknown = sorted(set(d) - set(keys))
+        unknown = sorted(set(d) - set(keys) - set(OPTIONAL))
         if missing or unknown:
             raise ValueError(f"search space {name!r}: missing keys {missing}, unknown keys "
-                             f"{unknown}; expected exactly {list(keys)}")
-        return cls(name=name, **{k: d[k] for k in keys})
+                             f"{unknown}; expected {list(keys)} and optionally {list(OPTIONAL)}")
+        return cls(name=name, **{k: d[k] for k in (*keys, *OPTIONAL) if k in d})
 
     def to_dict(self) -> dict[str, Any]:
-        """The params.yaml section of this space (inverse of :meth:`from_dict`)."""
-        return {k: list(v) if isinstance(v, tuple) else v
-                for k, v in ((k, getattr(self, k)) for k in _CHOICES + _SCALARS)}
+        """The params.yaml section of this space (inverse of :meth:`from_dict`); optional keys
+        only where they differ from their defaults."""
+        section = {k: list(v) if isinstance(v, tuple) else v
+                   for k, v in ((k, getattr(self, k)) for k in _CHOICES + _SCALARS)}
+        return section | {k: getattr(self, k) for k, default in OPTIONAL.items()
+                          if getattr(self, k) != default}
 
     @property
     def max_embed_dim(self) -> int:
@@ -224,6 +255,10 @@ class SearchSpace:
     def rotary_dims(self) -> int:
         """Leading dims of each head's q and k that get rotary position embeddings."""
         return int(self.head_size * self.rotary_fraction)
+
+    def kv_heads(self, n_head: int) -> int:
+        """Key/value heads of a layer with n_head query heads."""
+        return self.n_kv_head or n_head
 
     def _count(self, n_layer: int) -> int:
         """Number of archs with n_layer layers."""
@@ -313,11 +348,15 @@ class SearchSpace:
         return features
 
     def n_params(self, arch: Arch, vocab_size: int) -> int:
-        """Exact parameter count of the fixed model of arch (tied embedding counted once)."""
+        """Exact parameter count of the fixed model of arch (a tied embedding counted once)."""
         self.validate(arch)
         e, b = arch.embed_dim, int(arch.bias)
-        total = e * (vocab_size + 1 + b)  # token embedding (= LM head) and final LayerNorm
+        llama = self.family == "llama"
+        heads = 2 if llama else 1  # untied LM head
+        total = e * (heads * vocab_size + 1 + b)  # token embedding, LM head, final norm
         for n_head, hidden in zip(arch.n_head, arch.mlp_hidden):
-            attn = n_head * self.head_size
-            total += e * (2 + 4 * b + 4 * attn + 2 * hidden) + b * (3 * attn + hidden)
+            q, kv = n_head * self.head_size, self.kv_heads(n_head) * self.head_size
+            mlp_in = 2 if llama else 1  # gate and up, or fc
+            total += e * (2 * (1 + b) + 2 * q + 2 * kv + (mlp_in + 1) * hidden)  # norms, weights
+            total += b * (q + 2 * kv + e + mlp_in * hidden + e)  # biases of the projections
         return total

@@ -132,7 +132,10 @@ class WindowSampler:
 
 
 def sandwich(space: SearchSpace, n_random: int, seed: int, step: int) -> list[Arch]:
-    """The sub-networks of one step: smallest, random ones, largest (last)."""
+    """The sub-networks of one step: smallest, random ones, largest (last). A space of one
+    arch (a dense model) trains just that one."""
+    if space.size() == 1:
+        return [space.largest()]
     rng_seed = int(step_rng(seed, step, 1).integers(2**31))
     randoms = space.sample(n_random, seed=rng_seed) if n_random else []
     return [space.smallest(), *randoms, space.largest()]
@@ -167,14 +170,15 @@ def code_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def run_fingerprint(cfg: TrainConfig, space: SearchSpace, shards: TokenShards) -> str:
+def run_fingerprint(cfg: TrainConfig, space: SearchSpace, shards: TokenShards,
+                    init: str | None = None) -> str:
     """Hash of everything a checkpoint depends on; a checkpoint of other inputs is not resumed.
 
     The process count is left out: the run does not depend on it, so a checkpoint resumes
-    under another one.
+    under another one. ``init`` is the fingerprint of the initial weights, if any.
     """
     train_params = {k: v for k, v in asdict(cfg).items() if k != "processes"}
-    key = {"train": train_params, "space": space.to_dict(), "name": space.name,
+    key = {"train": train_params, "space": space.to_dict(), "name": space.name, "init": init,
            "code": code_fingerprint(),
            "data": [s["sha256"] for split in shards.manifest["splits"].values()
                     for s in split["shards"]],
@@ -215,13 +219,22 @@ def save_torch(obj: Any, path: Path) -> None:
         torch.save(obj, tmp)
 
 
-def supernet_state(model: SuperGPT, space: SearchSpace, cfg: TrainConfig, steps: int,
+def supernet_state(model: SuperGPT, space: SearchSpace, cfg: TrainConfig | None, steps: int,
                    fingerprint: str) -> dict[str, Any]:
     """What ``supernet.pt`` and each snapshot hold: the weights after ``steps`` steps, the
-    space, vocabulary size, training params and the run's fingerprint."""
+    space, vocabulary size, training params (None: weights not trained here, e.g. imported) and
+    the run's fingerprint."""
     return {"format": FORMAT, "space_name": space.name, "space": space.to_dict(),
-            "vocab_size": model.vocab_size, "train": asdict(cfg), "steps": steps,
-            "fingerprint": fingerprint, "model": model.state_dict()}
+            "vocab_size": model.vocab_size, "train": None if cfg is None else asdict(cfg),
+            "steps": steps, "fingerprint": fingerprint, "model": model.state_dict()}
+
+
+def read_supernet_file(path: str | Path, device: str | torch.device = "cpu") -> dict[str, Any]:
+    """The contents of a supernet file (``supernet.pt``, a snapshot or imported weights)."""
+    state = torch.load(path, map_location=device, weights_only=False)
+    if state.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a supernet file of format {FORMAT}")
+    return state
 
 
 def publish_snapshots(cfg: TrainConfig, fingerprint: str, work_dir: Path, out_dir: Path
@@ -253,20 +266,22 @@ def global_mean(values: torch.Tensor, dist: Distributed) -> torch.Tensor:
 def step_history(step: int, archs: list[Arch], losses: torch.Tensor, lr: float
                  ) -> list[dict[str, Any]]:
     """Loss-table rows of one step: one per sub-network, in training order."""
-    kinds = ["smallest", *["random"] * (len(archs) - 2), "largest"]
+    kinds = (["smallest", *["random"] * (len(archs) - 2)] if len(archs) > 1 else []) + ["largest"]
     return [{"step": step, "kind": kind, "arch_id": arch.id, "loss": loss, "lr": lr}
             for kind, arch, loss in zip(kinds, archs, losses.tolist())]
 
 
 def train(cfg: TrainConfig, space: SearchSpace, shards: TokenShards, out_dir: str | Path,
-          work_dir: str | Path, stop_after: int | None = None) -> Path | None:
+          work_dir: str | Path, stop_after: int | None = None,
+          init: str | Path | None = None) -> Path | None:
     """Train (or resume) the supernet; write ``out_dir/supernet.pt``, its snapshots and the loss
     table.
 
     Resumable checkpoints and snapshots go to ``work_dir`` (kept out of the declared outputs,
     so a workflow engine that deletes incomplete outputs does not delete them). ``stop_after``
     ends the call after that many steps (as if killed right after a checkpoint); returns None
-    then.
+    then. ``init`` is a supernet file of the same space whose weights training starts from
+    (fine-tuning an imported model); its vocabulary is the model's.
     """
     dist = Distributed.from_env()
     rows = dist.rows(cfg.batch_size)
@@ -282,10 +297,18 @@ def train(cfg: TrainConfig, space: SearchSpace, shards: TokenShards, out_dir: st
         torch.cuda.set_device(device)
     out_dir, work_dir = Path(out_dir), Path(work_dir)
     vocab_size = shards.manifest["tokenizer"]["vocab_size"]
-    fingerprint = run_fingerprint(cfg, space, shards)
+    initial = None if init is None else read_supernet_file(init, device)
+    if initial is not None:
+        check_initial(initial, space, vocab_size, init)
+        vocab_size = initial["vocab_size"]
+    fingerprint = run_fingerprint(cfg, space, shards,
+                                  None if initial is None else initial["fingerprint"])
 
     torch.manual_seed(cfg.seed)
     model = SuperGPT(space, vocab_size).to(device)
+    if initial is not None:
+        model.load_state_dict(initial["model"])
+        del initial
     optimizer = build_optimizer(model, cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, cfg))
     history: list[dict[str, Any]] = []
@@ -355,12 +378,22 @@ def train(cfg: TrainConfig, space: SearchSpace, shards: TokenShards, out_dir: st
     return out_dir / SUPERNET
 
 
+def check_initial(state: dict[str, Any], space: SearchSpace, data_vocab: int,
+                  path: str | Path) -> None:
+    """Initial weights fit the space, and the data's tokens fit their vocabulary."""
+    if SearchSpace.from_dict(state["space_name"], state["space"]) != space:
+        raise ValueError(f"initial weights {path} are of search space {state['space_name']!r} "
+                         f"{state['space']}, not of {space.name!r} {space.to_dict()}")
+    if state["vocab_size"] < data_vocab:
+        raise ValueError(f"initial weights {path} have a vocabulary of {state['vocab_size']} "
+                         f"tokens, the data's tokenizer {data_vocab}: tokenize the corpus with "
+                         "the model's own tokenizer (data.tokenizer.kind: file)")
+
+
 def load_supernet(path: str | Path, device: str | torch.device = "cpu"
                   ) -> tuple[SuperGPT, SearchSpace]:
     """A trained supernet and its search space, from ``supernet.pt`` or a snapshot."""
-    state = torch.load(path, map_location=device, weights_only=False)
-    if state.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a supernet file of format {FORMAT}")
+    state = read_supernet_file(path, device)
     space = SearchSpace.from_dict(state["space_name"], state["space"])
     model = SuperGPT(space, state["vocab_size"]).to(device)
     model.load_state_dict(state["model"])

@@ -9,8 +9,9 @@
   recomputation of every block when ``recompute``.
 
 Options: ``attention`` runs every call inside ``torch.nn.attention.sdpa_kernel`` of that
-backend; ``quant: int8`` quantizes every Linear's weights to int8 (``torch.ao`` dynamic
-quantization on the CPU; the tied LM head is a functional product and stays fp32);
+backend; ``quant: int8`` quantizes every Linear to int8 weights with int8 activations computed
+per call (``torch.ao`` dynamic quantization on the CPU, :mod:`hwgptbench.measure.quantize`;
+the tied LM head is a functional product and stays fp32);
 ``compile`` wraps the model in ``torch.compile``. An option the device cannot run is reported
 by :func:`unsupported_reason` or, where only running tells, by the first call raising
 :class:`Unsupported`: the row then holds null metrics and the reason.
@@ -19,7 +20,6 @@ by :func:`unsupported_reason` or, where only running tells, by the first call ra
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -34,11 +34,14 @@ from ..space import Arch, SearchSpace
 from .condition import Condition
 from .device import DTYPES, dtype_unsupported_reason
 from .memory import MB, tensor_bytes
+from .quantize import QuantizationUnsupported, quantize
+from .quantize import unsupported_reason as quant_unsupported_reason
 from .runner import build_model, inputs
 
 BACKENDS = {"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 TRAIN_LR = 1e-4
+QUANT_METHODS = {"int8": "int8_dynamic"}  # Condition.quant -> hwgptbench.measure.quantize method
 
 
 class Unsupported(RuntimeError):
@@ -64,13 +67,11 @@ def unsupported_reason(condition: Condition, device: torch.device, block_size: i
         return reason
     if condition.launch == "cuda_graph" and device.type != "cuda":
         return "launch mode cuda_graph needs a CUDA device"
-    if condition.quant == "int8" and device.type != "cpu":
-        return ("weight-only int8 runs on the CPU (torch.ao dynamic quantization); on "
-                f"{device.type} it needs a quantization library (torchao) that hwgptbench "
-                "does not depend on")
-    if condition.quant == "int8" and condition.dtype != "fp32":
-        return (f"dynamic int8 quantization computes in fp32; dtype {condition.dtype} is not "
-                "combined with it")
+    if condition.quant != "none":
+        reason = quant_unsupported_reason(QUANT_METHODS[condition.quant], device,
+                                          DTYPES[condition.dtype])
+        if reason is not None:
+            return reason
     if condition.workload == "decode" and condition.seq_len + condition.gen_len > block_size:
         return (f"prompt {condition.seq_len} + {condition.gen_len} generated tokens exceed "
                 f"the context of {block_size}")
@@ -103,11 +104,11 @@ def build_workload(space: SearchSpace, arch: Arch, vocab_size: int, condition: C
     weights = torch.float32 if training else DTYPES[condition.dtype]
     model = build_model(space, arch, vocab_size, seed, device, weights)
     runnable: nn.Module = model
-    if condition.quant == "int8":
-        with warnings.catch_warnings():  # torch.ao announces its move to torchao
-            warnings.simplefilter("ignore")
-            runnable = torch.ao.quantization.quantize_dynamic(model, {nn.Linear},
-                                                              dtype=torch.qint8)
+    if condition.quant != "none":
+        try:
+            runnable = quantize(model, QUANT_METHODS[condition.quant])
+        except QuantizationUnsupported as err:
+            raise Unsupported(f"{condition.id} does not run on {device}: {err}") from err
     if condition.compile:
         runnable = torch.compile(runnable)
     x = inputs(vocab_size, condition, seed, device)

@@ -4,9 +4,11 @@ from .elastic import (
     ElasticBlock,
     ElasticCausalSelfAttention,
     ElasticEmbedding,
+    ElasticGatedMLP,
     ElasticLayerNorm,
     ElasticLinear,
     ElasticMLP,
+    ElasticRMSNorm,
 )
 from .gpt import GPT, GPTConfig
 from .supernet import SuperGPT
@@ -16,9 +18,11 @@ __all__ = [
     "ElasticBlock",
     "ElasticCausalSelfAttention",
     "ElasticEmbedding",
+    "ElasticGatedMLP",
     "ElasticLayerNorm",
     "ElasticLinear",
     "ElasticMLP",
+    "ElasticRMSNorm",
     "GPTConfig",
     "SuperGPT",
 ]

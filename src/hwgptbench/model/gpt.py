@@ -1,12 +1,21 @@
 """The fixed GPT model: one architecture, plain modules, fused QKV; used for measurement.
 
-GPT-NeoX style: token embedding without position embedding, rotary q/k, parallel residual
-``x + attn(ln1(x)) + mlp(ln2(x))``, GELU MLP, final LayerNorm and an LM head tied to the token
-embedding. ``arch.bias`` switches the bias of every Linear and LayerNorm.
+Two families share the code (``GPTConfig.family``, from the search space):
 
-Every step of the forward is a module (the attention core, the GELU, the residual sum and the tied LM
-head are parameterless ones), so forward hooks see each and the per-module time breakdown
-(:mod:`hwgptbench.measure.breakdown`) attributes the whole forward. A :class:`KVCache` makes
+- ``gpt_neox`` (the benchmark's spaces): token embedding without position embedding, rotary
+  q/k on a fraction of each head, parallel residual ``x + attn(ln1(x)) + mlp(ln2(x))``, GELU
+  MLP, final LayerNorm and an LM head tied to the token embedding. ``arch.bias`` switches the
+  bias of every Linear and LayerNorm.
+- ``llama``: RMSNorm, sequential residual ``h = x + attn(ln1(x)); h + mlp(ln2(h))``, SwiGLU MLP
+  ``proj(silu(gate(x)) * up(x))``, an untied LM head and no biases.
+
+Either family may use grouped-query attention: ``n_kv_head`` key/value heads shared by groups
+of ``n_head / n_kv_head`` query heads (query head i reads key/value head i // group, the layout
+of Hugging Face LLaMA checkpoints); ``n_kv_head = 0`` gives every query head its own.
+
+Every step of the forward is a module (the attention core, the activation, the residual sums
+and the tied LM head are parameterless ones), so forward hooks see each and the per-module time
+breakdown (:mod:`hwgptbench.measure.breakdown`) attributes the whole forward. A :class:`KVCache` makes
 autoregressive decoding one token per call; ``recompute`` checkpoints each block's activations
 in training (recomputed in the backward pass).
 """
@@ -21,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from ..space import Arch, SearchSpace
+from ..space import FAMILIES, Arch, SearchSpace
 from .rotary import Rotary, apply_rotary
 
 
@@ -34,6 +43,10 @@ class GPTConfig:
     block_size: int
     head_size: int
     rotary_fraction: float
+    family: str = "gpt_neox"
+    n_kv_head: int = 0  # 0: one key/value head per query head
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
         for field in ("vocab_size", "block_size", "head_size"):
@@ -42,16 +55,30 @@ class GPTConfig:
         if not 0 <= self.rotary_fraction <= 1 or self.rotary_dims % 2:
             raise ValueError(f"rotary_fraction {self.rotary_fraction} must be in [0, 1] and give "
                              f"an even number of rotary dims, got {self.rotary_dims}")
+        if self.family not in FAMILIES:
+            raise ValueError(f"family {self.family!r} is not one of {FAMILIES}")
+        if self.n_kv_head and any(h % self.n_kv_head for h in self.arch.n_head):
+            raise ValueError(f"n_head {self.arch.n_head} not all multiples of n_kv_head "
+                             f"{self.n_kv_head}")
 
     @classmethod
     def from_space(cls, space: SearchSpace, arch: Arch, vocab_size: int) -> GPTConfig:
         """Config of an arch of a search space (validated against it)."""
         space.validate(arch)
-        return cls(arch, vocab_size, space.block_size, space.head_size, space.rotary_fraction)
+        return cls(arch, vocab_size, space.block_size, space.head_size, space.rotary_fraction,
+                   space.family, space.n_kv_head, space.rope_base, space.norm_eps)
 
     @property
     def rotary_dims(self) -> int:
         return int(self.head_size * self.rotary_fraction)
+
+    @property
+    def llama(self) -> bool:
+        return self.family == "llama"
+
+    def kv_heads(self, n_head: int) -> int:
+        """Key/value heads of a layer with n_head query heads."""
+        return self.n_kv_head or n_head
 
 
 def check_length(seq_len: int, block_size: int) -> None:
@@ -103,15 +130,19 @@ class KVCache:
 
 def causal_attention(q: Tensor, k: Tensor, v: Tensor, n_head: int, cos: Tensor,
                      sin: Tensor, cache: LayerCache | None = None) -> Tensor:
-    """Causal attention of q, k, v (B, T, nh * hs) with rotary q and k; returns (B, T, nh * hs).
-    With a cache, k and v join the cached positions (cos and sin are those of the new ones)."""
+    """Causal attention of q (B, T, nh * hs) and k, v (B, T, nkv * hs) with rotary q and k;
+    returns (B, T, nh * hs). Query head i reads key/value head i // (nh / nkv). With a cache, k
+    and v join the cached positions (cos and sin are those of the new ones)."""
     B, T, C = q.shape
     hs = C // n_head
-    q, k, v = (t.view(B, T, n_head, hs).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+    n_kv = k.size(-1) // hs
+    q = q.view(B, T, n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
+    k, v = (t.view(B, T, n_kv, hs).transpose(1, 2) for t in (k, v))  # (B, nkv, T, hs)
     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
     if cache is not None:
-        k, v = cache.append(k, v)  # (B, nh, cached + T, hs)
-    y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)  # (B, nh, T, hs)
+        k, v = cache.append(k, v)  # (B, nkv, cached + T, hs)
+    grouped = {"enable_gqa": True} if n_kv != n_head else {}
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, **grouped)  # (B, nh, T, hs)
     return y.transpose(1, 2).reshape(B, T, C)
 
 
@@ -134,6 +165,13 @@ class ParallelResidual(nn.Module):
         return x + attn + mlp
 
 
+class Residual(nn.Module):
+    """One residual sum of a sequential block: its input plus a branch (no parameters)."""
+
+    def forward(self, x: Tensor, branch: Tensor) -> Tensor:
+        return x + branch
+
+
 class TiedLMHead(nn.Module):
     """Logits from the token embedding's weight (no parameters of its own)."""
 
@@ -149,24 +187,26 @@ def lm_output(logits: Tensor, targets: Tensor | None) -> Tensor | tuple[Tensor, 
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention with a fused QKV projection."""
+    """Multi-head (or grouped-query) causal self-attention with a fused QKV projection."""
 
-    def __init__(self, embed_dim: int, n_head: int, head_size: int, bias: bool) -> None:
+    def __init__(self, embed_dim: int, n_head: int, head_size: int, bias: bool,
+                 n_kv_head: int = 0) -> None:
         super().__init__()
-        self.n_head = n_head
-        self.head_size = head_size
-        self.qkv = nn.Linear(embed_dim, 3 * n_head * head_size, bias=bias)
+        self.n_head, self.head_size = n_head, head_size
+        self.n_kv_head = n_kv_head or n_head
+        self.widths = [n_head * head_size] + [self.n_kv_head * head_size] * 2  # q, k, v
+        self.qkv = nn.Linear(embed_dim, sum(self.widths), bias=bias)
         self.core = AttentionCore(n_head)
         self.proj = nn.Linear(n_head * head_size, embed_dim, bias=bias)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor,
                 cache: LayerCache | None = None) -> Tensor:
-        q, k, v = self.qkv(x).chunk(3, dim=-1)  # 3 x (B, T, nh * hs)
+        q, k, v = self.qkv(x).split(self.widths, dim=-1)  # (B, T, nh * hs), 2 x (B, T, nkv * hs)
         return self.proj(self.core(q, k, v, cos, sin, cache))
 
 
 class MLP(nn.Module):
-    """Two-layer GELU MLP."""
+    """Two-layer GELU MLP (gpt_neox family)."""
 
     def __init__(self, embed_dim: int, hidden: int, bias: bool) -> None:
         super().__init__()
@@ -178,21 +218,52 @@ class MLP(nn.Module):
         return self.proj(self.act(self.fc(x)))
 
 
-class Block(nn.Module):
-    """Transformer block with parallel attention and MLP residual branches."""
+class GatedMLP(nn.Module):
+    """SwiGLU MLP ``proj(silu(gate(x)) * up(x))`` (llama family)."""
 
-    def __init__(self, embed_dim: int, n_head: int, head_size: int, hidden: int,
-                 bias: bool) -> None:
+    def __init__(self, embed_dim: int, hidden: int, bias: bool) -> None:
         super().__init__()
-        self.ln1 = nn.LayerNorm(embed_dim, bias=bias)
-        self.attn = CausalSelfAttention(embed_dim, n_head, head_size, bias)
-        self.ln2 = nn.LayerNorm(embed_dim, bias=bias)
-        self.mlp = MLP(embed_dim, hidden, bias)
-        self.residual = ParallelResidual()
+        self.gate = nn.Linear(embed_dim, hidden, bias=bias)
+        self.up = nn.Linear(embed_dim, hidden, bias=bias)
+        self.act = nn.SiLU()
+        self.proj = nn.Linear(hidden, embed_dim, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(self.act(self.gate(x)) * self.up(x))
+
+
+def norm_layer(config: GPTConfig) -> nn.Module:
+    """The family's normalization: LayerNorm (gpt_neox) or RMSNorm (llama)."""
+    dim = config.arch.embed_dim
+    if config.llama:
+        return nn.RMSNorm(dim, eps=config.norm_eps)
+    return nn.LayerNorm(dim, eps=config.norm_eps, bias=config.arch.bias)
+
+
+class Block(nn.Module):
+    """Transformer block: parallel (gpt_neox) or sequential (llama) residual branches."""
+
+    def __init__(self, config: GPTConfig, n_head: int, hidden: int) -> None:
+        super().__init__()
+        embed_dim, bias = config.arch.embed_dim, config.arch.bias
+        self.parallel = not config.llama
+        self.ln1 = norm_layer(config)
+        self.attn = CausalSelfAttention(embed_dim, n_head, config.head_size, bias,
+                                        config.kv_heads(n_head))
+        self.ln2 = norm_layer(config)
+        self.mlp = (GatedMLP if config.llama else MLP)(embed_dim, hidden, bias)
+        if self.parallel:
+            self.residual = ParallelResidual()
+        else:
+            self.residual_attn, self.residual_mlp = Residual(), Residual()
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor,
                 cache: LayerCache | None = None) -> Tensor:
-        return self.residual(x, self.attn(self.ln1(x), cos, sin, cache), self.mlp(self.ln2(x)))
+        attn = self.attn(self.ln1(x), cos, sin, cache)
+        if self.parallel:
+            return self.residual(x, attn, self.mlp(self.ln2(x)))
+        h = self.residual_attn(x, attn)
+        return self.residual_mlp(h, self.mlp(self.ln2(h)))
 
 
 def _init_weights(module: nn.Module) -> None:
@@ -210,13 +281,12 @@ class GPT(nn.Module):
         self.config = config
         arch = config.arch
         self.wte = nn.Embedding(config.vocab_size, arch.embed_dim)
-        self.blocks = nn.ModuleList(
-            Block(arch.embed_dim, n_head, config.head_size, hidden, arch.bias)
-            for n_head, hidden in zip(arch.n_head, arch.mlp_hidden)
-        )
-        self.ln_f = nn.LayerNorm(arch.embed_dim, bias=arch.bias)
-        self.lm_head = TiedLMHead()
-        self.rotary = Rotary(config.rotary_dims, config.block_size)
+        self.blocks = nn.ModuleList(Block(config, n_head, hidden)
+                                    for n_head, hidden in zip(arch.n_head, arch.mlp_hidden))
+        self.ln_f = norm_layer(config)
+        self.lm_head = (nn.Linear(arch.embed_dim, config.vocab_size, bias=False) if config.llama
+                        else TiedLMHead())
+        self.rotary = Rotary(config.rotary_dims, config.block_size, config.rope_base)
         self.recompute = False  # training: recompute each block's activations in the backward
         self.apply(_init_weights)
 
@@ -225,7 +295,7 @@ class GPT(nn.Module):
         max_len = self.config.block_size if max_len is None else max_len
         check_length(max_len, self.config.block_size)
         weight = self.wte.weight
-        return KVCache([LayerCache(batch, b.attn.n_head, b.attn.head_size, max_len,
+        return KVCache([LayerCache(batch, b.attn.n_kv_head, b.attn.head_size, max_len,
                                    weight.device, weight.dtype) for b in self.blocks])
 
     def forward(self, idx: Tensor, targets: Tensor | None = None,
@@ -242,5 +312,6 @@ class GPT(nn.Module):
                 x = checkpoint(block, x, cos, sin, layer_cache, use_reentrant=False)
             else:
                 x = block(x, cos, sin, layer_cache)
-        logits = self.lm_head(self.ln_f(x), self.wte)  # (B, T, V), tied LM head
+        x = self.ln_f(x)
+        logits = self.lm_head(x) if self.config.llama else self.lm_head(x, self.wte)  # (B, T, V)
         return lm_output(logits, targets)

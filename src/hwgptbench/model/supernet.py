@@ -1,8 +1,10 @@
 """The GPT supernet: one set of weights at the maximum size of a search space.
 
 ``set_arch(arch)`` selects a sub-network (the first E channels, first L layers, first h_i
-heads and first int(r_i * E) hidden units of layer i, biases on or off); its forward pass runs
-on views of the supernet weights. ``extract(arch)`` copies a sub-network out as a fixed
+heads (of every key/value group, with grouped-query attention) and first int(r_i * E) hidden
+units of layer i, biases on or off); its forward pass runs on views of the supernet weights.
+The space's ``family`` picks the blocks (:mod:`hwgptbench.model.elastic`).
+``extract(arch)`` copies a sub-network out as a fixed
 :class:`~hwgptbench.model.gpt.GPT`.
 """
 
@@ -14,7 +16,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..space import Arch, SearchSpace
-from .elastic import ElasticBlock, ElasticEmbedding, ElasticLayerNorm, merge_state_dicts
+from .elastic import (ElasticBlock, ElasticEmbedding, ElasticLinear, elastic_norm,
+                      merge_state_dicts)
 from .gpt import GPT, GPTConfig, check_length, lm_output
 from .rotary import Rotary
 
@@ -28,12 +31,13 @@ class SuperGPT(nn.Module):
         largest = space.largest()
         embed_max, hidden_max = largest.embed_dim, largest.mlp_hidden[0]
         self.wte = ElasticEmbedding(vocab_size, embed_max)
-        self.blocks = nn.ModuleList(
-            ElasticBlock(embed_max, space.max_n_head, space.head_size, hidden_max)
-            for _ in range(largest.n_layer)
-        )
-        self.ln_f = ElasticLayerNorm(embed_max)
-        self.rotary = Rotary(space.rotary_dims, space.block_size)
+        self.blocks = nn.ModuleList(ElasticBlock(space, embed_max, hidden_max)
+                                    for _ in range(largest.n_layer))
+        self.ln_f = elastic_norm(space, embed_max)
+        self.tied = space.family != "llama"
+        if not self.tied:
+            self.lm_head = ElasticLinear(embed_max, vocab_size, bias=False)
+        self.rotary = Rotary(space.rotary_dims, space.block_size, space.rope_base)
         self.set_arch(largest)
 
     def set_arch(self, arch: Arch) -> None:
@@ -47,6 +51,8 @@ class SuperGPT(nn.Module):
             else:
                 block.reset_sub()
         self.ln_f.set_sub(arch.embed_dim, arch.bias)
+        if not self.tied:
+            self.lm_head.set_sub(arch.embed_dim, self.vocab_size, False)
 
     def reset_arch(self) -> None:
         """Select the full network (the largest arch)."""
@@ -59,7 +65,8 @@ class SuperGPT(nn.Module):
         x = self.wte(idx)  # (B, T, E)
         for block in self.blocks[: self.arch.n_layer]:
             x = block(x, cos, sin)
-        logits = F.linear(self.ln_f(x), self.wte.sub_weight())  # (B, T, V), tied LM head
+        x = self.ln_f(x)
+        logits = F.linear(x, self.wte.sub_weight()) if self.tied else self.lm_head(x)  # (B, T, V)
         return lm_output(logits, targets)
 
     def _sub_state_dict(self) -> dict[str, Tensor]:
@@ -67,6 +74,8 @@ class SuperGPT(nn.Module):
         blocks = self.blocks[: self.arch.n_layer]
         states = {f"blocks.{i}": block.sub_state_dict() for i, block in enumerate(blocks)}
         states |= {"wte": self.wte.sub_state_dict(), "ln_f": self.ln_f.sub_state_dict()}
+        if not self.tied:
+            states["lm_head"] = self.lm_head.sub_state_dict()
         return merge_state_dicts(states)
 
     def extract(self, arch: Arch | None = None) -> GPT:
@@ -81,3 +90,43 @@ class SuperGPT(nn.Module):
             model = GPT(config).to(weight.dtype)
         model.load_state_dict(state)
         return model
+
+    def _dense_mismatches(self, config: GPTConfig) -> list[str]:
+        """Fields in which a fixed model's config differs from the space's largest arch."""
+        largest = self.space.largest()
+        expected = GPTConfig.from_space(self.space, largest, self.vocab_size)
+        problems = [f"{field}: model {getattr(config, field)!r}, space {getattr(expected, field)!r}"
+                    for field in ("arch", "vocab_size", "head_size", "rotary_fraction", "family",
+                                  "rope_base", "norm_eps")
+                    if getattr(config, field) != getattr(expected, field)]
+        kv = [config.kv_heads(h) for h in config.arch.n_head]
+        if kv != [expected.kv_heads(h) for h in largest.n_head]:
+            problems.append(f"key/value heads per layer: model {kv}, space n_kv_head "
+                            f"{self.space.n_kv_head}")
+        return problems
+
+    @torch.no_grad()
+    def load_dense(self, model: GPT) -> None:
+        """Copy the weights of a dense fixed model, which must be the space's largest arch, into
+        the supernet: the largest sub-network then computes exactly what model does."""
+        problems = self._dense_mismatches(model.config)
+        if problems:
+            raise ValueError("the dense model is not the largest arch of search space "
+                             f"{self.space.name!r}:\n" + "\n".join(f"  - {p}" for p in problems))
+        state = dict(model.state_dict())
+        for i, block in enumerate(model.blocks):
+            prefix = f"blocks.{i}.attn."
+            for kind in ("weight", "bias"):
+                fused = state.pop(f"{prefix}qkv.{kind}", None)
+                if fused is not None:
+                    for name, part in zip("qkv", fused.split(block.attn.widths)):
+                        state[f"{prefix}{name}.{kind}"] = part
+        missing, unexpected = self.load_state_dict(state, strict=False)
+        norm_biases = {key for key in missing
+                       if key.endswith(("ln1.bias", "ln2.bias", "ln_f.bias"))}
+        if unexpected or set(missing) - norm_biases:
+            raise ValueError(f"dense state does not fit the supernet: missing "
+                             f"{sorted(set(missing) - norm_biases)}, unexpected {unexpected}")
+        for key in norm_biases:  # a bias-free dense model: its LayerNorms shift by zero
+            self.get_parameter(key).zero_()
+        self.reset_arch()

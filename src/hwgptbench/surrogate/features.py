@@ -40,14 +40,22 @@ def analytic_counts(space: SearchSpace, encoded: np.ndarray, vocab_size: int, ba
     hidden = np.floor(ratio_choices[ratio_index] * embed).astype(np.int64)
     hidden = np.where(present, hidden, 0)
     width = heads * space.head_size
+    kv_heads = np.where(present, space.n_kv_head, 0) if space.n_kv_head else heads
+    kv_width = kv_heads * space.head_size
+    llama = space.family == "llama"
+    mlp_in = 2 if llama else 1  # gate and up, or fc (as SearchSpace.n_params)
 
-    per_layer = embed * (2 + 4 * bias + 4 * width + 2 * hidden) + bias * (3 * width + hidden)
-    n_params = embed[:, 0] * (vocab_size + 1 + bias[:, 0]) + np.where(present, per_layer, 0).sum(1)
+    per_layer = (embed * (2 * (1 + bias) + 2 * width + 2 * kv_width + (mlp_in + 1) * hidden)
+                 + bias * (width + 2 * kv_width + 2 * embed + mlp_in * hidden))
+    lm_heads = 2 if llama else 1  # an untied LM head
+    n_params = (embed[:, 0] * (lm_heads * vocab_size + 1 + bias[:, 0])
+                + np.where(present, per_layer, 0).sum(1))
 
     tokens = batch_size * seq_len
     attention = 4 * batch_size * heads * seq_len * seq_len * space.head_size
     flops = 2 * tokens * embed[:, 0] * vocab_size
-    flops = flops + (2 * tokens * embed * (4 * width + 2 * hidden) + attention).sum(1)
+    projections = 2 * width + 2 * kv_width + (mlp_in + 1) * hidden
+    flops = flops + (2 * tokens * embed * projections + attention).sum(1)
     return n_params, flops
 
 

@@ -15,6 +15,7 @@ only when it runs, so one algorithm never loads another's library.
 | rsbo   | random-scalarization BO (ParEGO, Chebyshev)       | BoTorch                |
 | lsbo   | linear-scalarization BO                           | BoTorch                |
 | ehvi   | expected hypervolume improvement (qLogNEHVI)      | BoTorch                |
+| iterative | NSGA-II on LightGBM surrogates, refitted each round | pymoo, LightGBM   |
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ ALGORITHMS: dict[str, tuple[str, str, str]] = {
     "rsbo": ("bo", "rsbo", "bo"),
     "lsbo": ("bo", "lsbo", "bo"),
     "ehvi": ("bo", "ehvi", "bo"),
+    "iterative": ("iterative", "iterative", "iterative"),
 }
 
 Search = Callable[[Any, Any, int, dict[str, Any]], None]

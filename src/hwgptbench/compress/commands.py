@@ -1,0 +1,184 @@
+"""The ``hwgptbench compress-*`` subcommands, one per stage of the compression workflow:
+
+``compress-dense`` (pretrain or import the dense model), ``compress-finetune`` (importance
+order, import, one sandwich fine-tune), ``compress-search`` (sub-networks searched and
+evaluated), ``compress-table`` (dense vs found vs quantized) and ``compress-figures``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from .. import data, params
+from ..io import atomic_path
+from ..space import SearchSpace
+
+if TYPE_CHECKING:
+    from .evaluate import SubnetEvaluator
+
+log = logging.getLogger(__name__)
+
+Add = Callable[..., argparse.ArgumentParser]
+
+
+# the entries of the compress section each command reads (the workflow passes just their files)
+READS = {
+    "compress-dense": ("name", "source", "checkpoint", "space", "pretrain"),
+    "compress-finetune": ("name", "space", "importance", "finetune"),
+    "compress-search": ("evaluate", "timing", "search"),
+    "compress-table": ("evaluate", "timing", "search", "quantize", "table"),
+}
+
+
+def _section(args: argparse.Namespace) -> dict[str, Any]:
+    """The compress entries this command reads, validated; a missing one is an error."""
+    section = params.merge_files(args.params or ["params.yaml"], ["compress"])["compress"]
+    missing = [key for key in READS[args.command] if key not in section]
+    if missing:
+        raise params.ParamsError(f"{args.command} reads compress.{', compress.'.join(missing)}"
+                                 ": pass params.yaml or their files under results/.params/")
+    return section
+
+
+def _space(section: dict[str, Any]) -> SearchSpace:
+    return SearchSpace.from_dict(section["name"], section["space"])
+
+
+def _write(table: pl.DataFrame, path: str) -> None:
+    with atomic_path(path) as tmp:
+        table.write_parquet(tmp)
+
+
+def cmd_dense(args: argparse.Namespace) -> None:
+    """The dense model: trained here (source pretrain) or imported from a local Hugging Face
+    LLaMA-family checkpoint (source huggingface)."""
+    from ..train import TrainConfig
+    from .dense import from_huggingface, pretrain
+
+    section = _section(args)
+    space = _space(section)
+    if section["source"] == "huggingface":
+        from_huggingface(section["checkpoint"], space, args.out)
+        return
+    shards = data.TokenShards.open(args.data, verify=True)
+    pretrain(space, TrainConfig.from_params(section["pretrain"]), shards, args.out,
+             args.work_dir)
+
+
+def cmd_finetune(args: argparse.Namespace) -> None:
+    """Order the dense model's heads and MLP channels by importance, import it into the
+    supernet of compress.space and fine-tune that once with the sandwich rule (resumes)."""
+    from ..train import TrainConfig
+    from .finetune import finetune
+
+    section = _section(args)
+    shards = data.TokenShards.open(args.data, verify=True)
+    finetune(args.dense, _space(section), TrainConfig.from_params(section["finetune"]), shards,
+             section["importance"], args.out, args.work_dir)
+
+
+def _evaluator(section: dict[str, Any], data_dir: str, supernet_path: str) -> SubnetEvaluator:
+    """Sub-network evaluation on the held-out data the params describe, on this machine."""
+    import torch
+
+    from ..perplexity import validation_batches
+    from ..train import load_supernet, resolve_device
+    from .evaluate import SubnetEvaluator
+    from .tasks import build_cloze
+
+    torch.set_num_threads(section["timing"]["threads"])
+    evaluate = section["evaluate"]
+    device = resolve_device(evaluate["device"])
+    supernet, space = load_supernet(supernet_path, device)
+    val = data.TokenShards.open(data_dir).split("val")
+    batches = validation_batches(val, space.block_size, evaluate["batches"],
+                                 evaluate["batch_size"], evaluate["seed"])
+    cloze = evaluate["cloze"]
+    items = (build_cloze(val, cloze["items"], cloze["context_len"], cloze["choice_len"],
+                         cloze["choices"], cloze["seed"]) if cloze["items"] else None)
+    return SubnetEvaluator(supernet, batches, items, section["timing"], device)
+
+
+def cmd_search(args: argparse.Namespace) -> None:
+    """Search the fine-tuned supernet's sub-networks (NSGA-II and the surrogate-assisted
+    iterative search), evaluating each on held-out data and timing it on this machine."""
+    from .search import run_searches, subnet_table
+
+    section = _section(args)
+    evaluator = _evaluator(section, args.data, args.supernet)
+    runs = run_searches(evaluator, section["search"])
+    _write(runs, args.runs_out)
+    subnets = subnet_table(evaluator, runs, section["search"]["objectives"])
+    _write(subnets, args.subnets_out)
+    log.info("%d runs, %d distinct sub-networks evaluated",
+             runs.select("objectives", "algorithm").n_unique(), subnets.height)
+
+
+def cmd_table(args: argparse.Namespace) -> None:
+    """Dense model vs found sub-networks vs quantized: size, throughput, perplexity and
+    accuracy, measured on this machine."""
+    from .dense import load_dense
+    from .evaluate import mean_loss
+    from .table import compression_table, picks
+
+    section = _section(args)
+    evaluator = _evaluator(section, args.data, args.supernet)
+    dense = load_dense(args.dense, evaluator.device)
+    dense_perplexity = math.exp(mean_loss(dense, evaluator.batches, evaluator.device))
+    chosen = picks(pl.read_parquet(args.subnets), dense_perplexity,
+                   section["search"]["objectives"], section["table"]["tolerances"],
+                   evaluator.space.largest().id)
+    table = compression_table(dense, evaluator, chosen, section["quantize"])
+    _write(table, args.out)
+    log.info("compression table: %d rows", table.height)
+
+
+def cmd_figures(args: argparse.Namespace) -> None:
+    """The compression figure and table (CSV and Markdown)."""
+    from ..figures.compress import compression_figure, compression_summary
+    from ..figures.tables import write_table
+
+    table, subnets = pl.read_parquet(args.table), pl.read_parquet(args.subnets)
+    out = Path(args.out_dir)
+    compression_figure(table, subnets, pl.read_parquet(args.runs), out / "compress")
+    write_table(compression_summary(table), out / "table_compress")
+
+
+# every compress-* command's required options: (flag, help)
+DATA = ("--data", "data-stage output folder")
+DENSE = ("--dense", "dense model file")
+SUPERNET = ("--supernet", "fine-tuned supernet file")
+WORK_DIR = ("--work-dir", "resumable checkpoints")
+OPTIONS: dict[str, list[tuple[str, str]]] = {
+    "compress-dense": [DATA, ("--out", "dense model file"), WORK_DIR],
+    "compress-finetune": [DATA, DENSE, ("--out", "output folder (supernet.pt, tables)"),
+                          WORK_DIR],
+    "compress-search": [DATA, SUPERNET, ("--runs-out", "search runs table"),
+                        ("--subnets-out", "evaluated sub-networks table")],
+    "compress-table": [DATA, DENSE, SUPERNET, ("--subnets", "evaluated sub-networks table"),
+                       ("--out", "compression table")],
+    "compress-figures": [("--table", "compression table"),
+                         ("--subnets", "evaluated sub-networks table"),
+                         ("--runs", "search runs table"),
+                         ("--out-dir", "folder of the figure and table")],
+}
+COMMANDS = {"compress-dense": cmd_dense, "compress-finetune": cmd_finetune,
+            "compress-search": cmd_search, "compress-table": cmd_table,
+            "compress-figures": cmd_figures}
+
+
+def register(add: Add) -> None:
+    """Add the compress-* subcommands through the CLI's ``add``."""
+    for name, func in COMMANDS.items():
+        command = add(name, func, params=name in READS)
+        for flag, help_text in OPTIONS[name]:
+            command.add_argument(flag, required=True, help=help_text)

@@ -1,0 +1,151 @@
+"""Sub-networks (and whole models) evaluated for real on this machine: quality, size and speed.
+
+- ``perplexity``: mean validation loss on fixed, seeded batches of held-out windows, exp'd;
+- ``accuracy``: the multiple-choice cloze task on held-out text (:mod:`.tasks`);
+- ``params``: exact parameter count; ``size_mb``: bytes of the serialized weights;
+- ``latency_ms``: median prefill time of one (batch_size, seq_len) call, timed on this machine
+  until the median's confidence interval is tight (:func:`hwgptbench.measure.latency`), and
+  ``tokens_per_s`` = batch_size * seq_len / latency.
+
+The search's objectives come from :class:`CompressProblem`, which caches every arch's values,
+so an arch that several runs visit is evaluated once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from ..measure.latency import measure_latency
+from ..model import SuperGPT
+from ..space import Arch, SearchSpace
+from .tasks import ClozeItems, score_cloze
+
+OBJECTIVES = ("perplexity", "params", "latency_ms")
+TIMING_KEYS = ("warmup", "min_repeats", "max_repeats", "target_rel_ci", "max_seconds")
+
+
+@torch.inference_mode()
+def mean_loss(model: Callable[..., Any], batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+              device: torch.device) -> float:
+    """Mean cross-entropy of model over (x, y) batches."""
+    return sum(float(model(x.to(device), y.to(device))[1]) for x, y in batches) / len(batches)
+
+
+def prefill_call(model: nn.Module, timing: dict[str, Any], vocab_size: int,
+                 device: torch.device) -> Callable[[], torch.Tensor]:
+    """One prefill of seeded token ids of the timing's (batch_size, seq_len), no autograd."""
+    generator = torch.Generator().manual_seed(0)
+    shape = (timing["batch_size"], timing["seq_len"])
+    x = torch.randint(vocab_size, shape, generator=generator).to(device)
+
+    def call() -> torch.Tensor:
+        with torch.inference_mode():
+            return model(x)
+
+    return call
+
+
+def speed(latency_ms: float, timing: dict[str, Any]) -> dict[str, float]:
+    """latency_ms and the prefill throughput it gives, tokens_per_s."""
+    tokens = timing["batch_size"] * timing["seq_len"]
+    return {"latency_ms": latency_ms, "tokens_per_s": 1000.0 * tokens / latency_ms}
+
+
+def time_prefill(model: nn.Module, timing: dict[str, Any], vocab_size: int,
+                 device: torch.device) -> dict[str, float]:
+    """latency_ms (median) and tokens_per_s of one prefill call of model."""
+    call = prefill_call(model, timing, vocab_size, device)
+    stats = measure_latency(call, device, **{k: timing[k] for k in TIMING_KEYS})
+    return speed(stats["latency_ms"], timing)
+
+
+@dataclass
+class SubnetEvaluator:
+    """Quality, size and speed of the sub-networks of a fine-tuned supernet, cached by arch."""
+
+    supernet: SuperGPT
+    batches: list[tuple[torch.Tensor, torch.Tensor]]
+    cloze: ClozeItems | None
+    timing: dict[str, Any]
+    device: torch.device
+    _cache: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def space(self) -> SearchSpace:
+        return self.supernet.space
+
+    def _cached(self, kind: str, arch: Arch, compute: Callable[[], Any]) -> Any:
+        key = (kind, arch.id)
+        if key not in self._cache:
+            self._cache[key] = compute()
+        return self._cache[key]
+
+    def perplexity(self, arch: Arch) -> float:
+        def compute() -> float:
+            self.supernet.set_arch(arch)
+            return math.exp(mean_loss(self.supernet, self.batches, self.device))
+        return self._cached("perplexity", arch, compute)
+
+    def accuracy(self, arch: Arch) -> float | None:
+        if self.cloze is None:
+            return None
+
+        def compute() -> float:
+            self.supernet.set_arch(arch)
+            return score_cloze(self.supernet, self.cloze, device=self.device)["accuracy"]
+        return self._cached("accuracy", arch, compute)
+
+    def was_timed(self, arch: Arch) -> bool:
+        return ("speed", arch.id) in self._cache
+
+    def speed(self, arch: Arch) -> dict[str, float]:
+        return self._cached("speed", arch, lambda: time_prefill(
+            self.supernet.extract(arch).eval(), self.timing, self.supernet.vocab_size,
+            self.device))
+
+    def params(self, arch: Arch) -> int:
+        return self.space.n_params(arch, self.supernet.vocab_size)
+
+    def objective(self, name: str, arch: Arch) -> float:
+        """One search objective (all minimized) of arch."""
+        if name == "perplexity":
+            return self.perplexity(arch)
+        if name == "params":
+            return float(self.params(arch))
+        if name == "latency_ms":
+            return self.speed(arch)["latency_ms"]
+        raise ValueError(f"unknown compression objective {name!r}; known: {OBJECTIVES}")
+
+
+@dataclass
+class CompressProblem:
+    """The Problem interface of :class:`hwgptbench.search.evaluator.Evaluator`: objective
+    values of sub-networks, evaluated (and cached) by a :class:`SubnetEvaluator`."""
+
+    evaluator: SubnetEvaluator
+    metrics: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.metrics) - set(OBJECTIVES))
+        if unknown or len(self.metrics) < 2:
+            raise ValueError(f"compression objectives {list(self.metrics)}: need two or more of "
+                             f"{list(OBJECTIVES)}")
+
+    @property
+    def space(self) -> SearchSpace:
+        return self.evaluator.space
+
+    @property
+    def fidelities(self) -> list[int]:
+        return []
+
+    def values(self, archs: Sequence[Arch], fidelity: int | None = None) -> np.ndarray:
+        rows = [[self.evaluator.objective(m, a) for m in self.metrics] for a in archs]
+        return np.array(rows, dtype=float).reshape(len(archs), len(self.metrics))

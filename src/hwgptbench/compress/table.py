@@ -1,0 +1,108 @@
+"""The compression table: the dense model vs found sub-networks vs their quantized versions.
+
+Picks, from the sub-networks the search evaluated: for every objective set's cost (parameters,
+latency) and every tolerance t of ``compress.table.tolerances``, the cheapest sub-network whose
+perplexity is within t (relative) of the dense model's; and the largest sub-network after
+fine-tuning (the dense model's own shape). Each pick and the dense model are then measured
+as they are (``none``) and under each quantization method of ``compress.quantize``: size,
+prefill latency and throughput on this machine, perplexity and cloze accuracy on the same
+held-out data, and their ratios to the dense model unquantized.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import polars as pl
+import torch.nn as nn
+
+from ..measure.quantize import (QuantizationUnsupported, backend_of, model_size_bytes,
+                                quantize)
+from ..model import GPT
+from ..space import Arch
+from ..measure.latency import measure_latency_interleaved
+from .evaluate import TIMING_KEYS, SubnetEvaluator, mean_loss, prefill_call, speed
+from .tasks import score_cloze
+
+log = logging.getLogger(__name__)
+
+MB = 1e6
+COST_WORDS = {"params": "fewest params", "latency_ms": "fastest"}
+
+
+def picks(subnets: pl.DataFrame, dense_perplexity: float, objectives: dict[str, list[str]],
+          tolerances: list[float], largest: str) -> list[tuple[str, str]]:
+    """(label, arch id) of the sub-networks the table reports (see the module docstring)."""
+    chosen = [("largest, fine-tuned", largest)]
+    costs = list(dict.fromkeys(m for metrics in objectives.values() for m in metrics
+                               if m != "perplexity"))
+    for cost in costs:
+        for tolerance in tolerances:
+            within = subnets.filter(pl.col(cost).is_not_null() & (
+                pl.col("perplexity") <= dense_perplexity * (1 + tolerance)))
+            if within.is_empty():
+                log.info("no evaluated sub-network within %.1f%% of the dense perplexity",
+                         100 * tolerance)
+                continue
+            best = within.sort(cost, "perplexity").row(0, named=True)["arch_id"]
+            chosen.append((f"{COST_WORDS.get(cost, cost)}, ppl within {100 * tolerance:g}%",
+                           best))
+    unique: dict[str, str] = {}
+    for label, arch_id in chosen:  # one row per sub-network, under its first label
+        unique.setdefault(arch_id, label)
+    return [(label, arch_id) for arch_id, label in unique.items()]
+
+
+def quality(model: nn.Module, evaluator: SubnetEvaluator) -> dict[str, Any]:
+    """Size, perplexity and cloze accuracy of a (possibly quantized) model."""
+    device = evaluator.device
+    accuracy = (None if evaluator.cloze is None
+                else score_cloze(model, evaluator.cloze, device=device)["accuracy"])
+    return {"size_mb": model_size_bytes(model) / MB,
+            "perplexity": math.exp(mean_loss(model, evaluator.batches, device)),
+            "accuracy": accuracy}
+
+
+def compression_table(dense: GPT, evaluator: SubnetEvaluator, chosen: list[tuple[str, str]],
+                      methods: list[str]) -> pl.DataFrame:
+    """One row per (model, quantization method), with ratios to the dense model as is. All
+    runnable models are timed interleaved (:func:`measure_latency_interleaved`), so machine
+    drift biases none of the ratios; a method that cannot run here gives null metrics and the
+    reason."""
+    models: list[tuple[str, str, nn.Module]] = [("dense", dense.config.arch.id, dense.eval())]
+    for label, arch_id in chosen:
+        models.append((label, arch_id, evaluator.supernet.extract(Arch.from_id(arch_id)).eval()))
+    rows, calls = [], []
+    for label, arch_id, model in models:
+        params = sum(p.numel() for p in model.parameters())
+        for method in ["none", *methods]:
+            row = {"model": label, "arch_id": arch_id, "params": params, "quant": method}
+            try:
+                runnable = model if method == "none" else quantize(model, method)
+            except QuantizationUnsupported as reason:
+                rows.append(row | {"backend": None, "reason": str(reason)})
+                continue
+            log.info("evaluating %s (%s), quantization %s", label, arch_id, method)
+            rows.append(row | {"backend": backend_of(method), "reason": None}
+                        | quality(runnable, evaluator))
+            calls.append((len(rows) - 1, prefill_call(runnable, evaluator.timing,
+                                                      evaluator.supernet.vocab_size,
+                                                      evaluator.device)))
+    timing = evaluator.timing
+    stats = measure_latency_interleaved([call for _, call in calls], evaluator.device,
+                                        **{k: timing[k] for k in TIMING_KEYS})
+    for (index, _), stat in zip(calls, stats):
+        rows[index] |= speed(stat["latency_ms"], timing)
+    table = pl.DataFrame(rows, infer_schema_length=None)
+    base = table.row(0, named=True)
+    return table.with_columns(
+        size_x=base["size_mb"] / pl.col("size_mb"),
+        # scalar / column and differences: polars divides a column by a scalar through its
+        # reciprocal, which would make the dense row's own ratio 0.9999999999999999
+        throughput_x=base["latency_ms"] / pl.col("latency_ms"),  # same tokens per call
+        perplexity_rel_change=(pl.col("perplexity") - base["perplexity"]) / base["perplexity"],
+        accuracy_change=(pl.col("accuracy") - base["accuracy"]
+                         if base["accuracy"] is not None else pl.lit(None, dtype=pl.Float64)),
+    )

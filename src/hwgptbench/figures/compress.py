@@ -1,0 +1,67 @@
+"""Figure and table of the compression stage: dense vs found sub-networks vs quantized."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import polars as pl
+
+from .style import DOUBLE_WIDTH, algorithm_color, algorithm_marker, new_figure, save, styled
+
+PathLike = str | os.PathLike[str]
+COSTS = (("params", "parameters (M)", 1e-6), ("latency_ms", "prefill latency (ms)", 1.0))
+SUMMARY_COLUMNS = ("model", "arch_id", "quant", "params", "size_mb", "latency_ms",
+                   "tokens_per_s", "perplexity", "accuracy", "size_x", "throughput_x",
+                   "perplexity_rel_change", "accuracy_change")
+
+
+@styled
+def compression_figure(table: pl.DataFrame, subnets: pl.DataFrame, runs: pl.DataFrame,
+                       out_stem: PathLike) -> list[Path]:
+    """Perplexity vs parameters and vs latency: every evaluated sub-network (grey), the
+    sub-networks each algorithm found (its markers), the dense model (star) and the table's
+    models as is and quantized (outlined)."""
+    fig = new_figure(DOUBLE_WIDTH, 3.0)
+    axes = fig.subplots(1, len(COSTS))
+    dense = table.filter((pl.col("model") == "dense") & (pl.col("quant") == "none"))
+    for ax, (cost, label, scale) in zip(axes, COSTS):
+        known = subnets.filter(pl.col(cost).is_not_null())
+        ax.scatter(known[cost] * scale, known["perplexity"], s=6, color="0.75",
+                   label="evaluated sub-networks", zorder=1)
+        for algorithm in runs["algorithm"].unique(maintain_order=True):
+            found = known.join(runs.filter(pl.col("algorithm") == algorithm)
+                               .select("arch_id").unique(), on="arch_id")
+            ax.scatter(found[cost] * scale, found["perplexity"], s=10,
+                       marker=algorithm_marker(algorithm), color=algorithm_color(algorithm),
+                       alpha=0.6, label=f"{algorithm} evaluations", zorder=2)
+        for quant, marker in (("none", "o"), *[(q, "s") for q in table["quant"].unique()
+                                              if q != "none"]):
+            rows = table.filter((pl.col("quant") == quant) & (pl.col("model") != "dense")
+                                & pl.col("perplexity").is_not_null())
+            if cost == "params" and quant != "none":
+                continue  # quantization keeps the parameter count
+            ax.scatter(rows[cost] * scale, rows["perplexity"], s=40, marker=marker,
+                       facecolors="none", edgecolors="black", zorder=3,
+                       label=f"table picks ({quant})")
+        ax.scatter(dense[cost] * scale, dense["perplexity"], s=120, marker="*", color="C3",
+                   zorder=4, label="dense model")
+        ax.set_xlabel(label)
+        ax.set_ylabel("validation perplexity")
+        ax.grid(alpha=0.3)
+    legend: dict[str, object] = {}
+    for ax in axes:  # squares appear on the latency panel only
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    fig.legend(list(legend.values()), list(legend), loc="outside lower center", ncol=3,
+               frameon=False)
+    return save(fig, out_stem)
+
+
+def compression_summary(table: pl.DataFrame) -> pl.DataFrame:
+    """The compression table's columns, in reading order; unsupported methods keep their
+    reason."""
+    columns = [c for c in SUMMARY_COLUMNS if c in table.columns]
+    summary = table.select(*columns, "reason")
+    return summary.with_columns(pl.col(c).cast(pl.Float64) for c in columns
+                                if summary.schema[c].is_numeric() and c != "params")
