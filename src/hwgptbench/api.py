@@ -149,6 +149,14 @@ class Benchmark:
             self._entries[key] = self._find_entry(*key)
         return self._entries[key]
 
+    def _checked_device(self, metric: str, device: str | None) -> str:
+        """The device of a hardware metric, which must be one of the benchmark's."""
+        if device is None:
+            raise QueryError(f"metric {metric!r} needs a device; available: "
+                             f"{', '.join(self.devices)}")
+        _choose("device", device, self.devices)
+        return device
+
     def _find_entry(self, metric: str, device: str | None, condition: str | None,
                     fidelity: int | None) -> dict[str, Any]:
         _choose("metric", metric, self.metrics)
@@ -156,10 +164,7 @@ class Benchmark:
             rows = self.index.filter(pl.col("metric") == metric)
             return rows.filter(pl.col("condition") == ANY if fidelity is None
                                else pl.col("train_steps") == fidelity).row(0, named=True)
-        if device is None:
-            raise QueryError(f"metric {metric!r} needs a device; available: "
-                             f"{', '.join(self.devices)}")
-        _choose("device", device, self.devices)
+        device = self._checked_device(metric, device)
         conditions = self.conditions(device, metric)
         if condition is None:
             if len(conditions) != 1:
@@ -178,10 +183,7 @@ class Benchmark:
         if unknown:
             raise QueryError(f"unknown condition fields {sorted(unknown)}; "
                              f"available: {', '.join(CONDITION_KEYS)}")
-        if device is None:
-            raise QueryError(f"metric {metric!r} needs a device; available: "
-                             f"{', '.join(self.devices)}")
-        _choose("device", device, self.devices)
+        device = self._checked_device(metric, device)
         wanted = {k: v for k, v in DEFAULTS.items() if k not in SHAPE_KEYS and k != "gen_len"}
         wanted |= fields
         ids = self.conditions(device, metric)
