@@ -12,14 +12,11 @@ import logging
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from .. import data, params
-from ..io import atomic_path
+from .. import archs, data, params
 from ..space import SearchSpace
 
 if TYPE_CHECKING:
@@ -51,11 +48,6 @@ def _section(args: argparse.Namespace) -> dict[str, Any]:
 
 def _space(section: dict[str, Any]) -> SearchSpace:
     return SearchSpace.from_dict(section["name"], section["space"])
-
-
-def _write(table: pl.DataFrame, path: str) -> None:
-    with atomic_path(path) as tmp:
-        table.write_parquet(tmp)
 
 
 def cmd_dense(args: argparse.Namespace) -> None:
@@ -116,9 +108,9 @@ def cmd_search(args: argparse.Namespace) -> None:
     section = _section(args)
     evaluator = _evaluator(section, args.data, args.supernet)
     runs = run_searches(evaluator, section["search"])
-    _write(runs, args.runs_out)
+    archs.write_table(runs, args.runs_out)
     subnets = subnet_table(evaluator, runs, section["search"]["objectives"])
-    _write(subnets, args.subnets_out)
+    archs.write_table(subnets, args.subnets_out)
     log.info("%d runs, %d distinct sub-networks evaluated",
              runs.select("objectives", "algorithm").n_unique(), subnets.height)
 
@@ -138,7 +130,7 @@ def cmd_table(args: argparse.Namespace) -> None:
                    section["search"]["objectives"], section["table"]["tolerances"],
                    evaluator.space.largest().id)
     table = compression_table(dense, evaluator, chosen, section["quantize"])
-    _write(table, args.out)
+    archs.write_table(table, args.out)
     log.info("compression table: %d rows", table.height)
 
 
