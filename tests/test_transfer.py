@@ -169,6 +169,28 @@ def test_a_single_target_gives_an_empty_table_with_the_reason() -> None:
     assert transfer_table(summarize(table), table)["reason"][0] == table["reason"][0]
 
 
+def test_runtime_workloads_are_targets_of_their_own(measurements: pl.DataFrame) -> None:
+    """Runtime-stage rows (workload and option columns) stack with measure-stage rows: each
+    workload is its own target, named by its full condition id; a pair measured twice is an
+    error."""
+    prefill = measurements.filter(pl.col("device") == "cpu-a-1t", pl.col("batch_size") == 1,
+                                  pl.col("seq_len") == 128)
+    decode = prefill.with_columns(pl.lit("decode").alias("workload"), pl.lit(16).alias("gen_len"),
+                                  pl.lit("none").alias("quant"), pl.col("latency_ms") / 10)
+    int8 = prefill.with_columns(pl.lit("prefill").alias("workload"), pl.lit(0).alias("gen_len"),
+                                pl.lit("int8").alias("quant"))
+    stacked = pl.concat([prefill, decode, int8], how="diagonal_relaxed")
+    profiles = Profiles.from_long(long_table(stacked, ["latency_ms"]))
+    column = {t.condition: j for j, t in enumerate(profiles.targets)}
+    assert set(column) == {"b1-t128-fp32-eager", "b1-t128-fp32-eager-int8",
+                           "b1-t128-fp32-eager-decode16"}
+    np.testing.assert_allclose(profiles.values[:, column["b1-t128-fp32-eager-decode16"]] * 10,
+                               profiles.values[:, column["b1-t128-fp32-eager"]])
+    with pytest.raises(TransferError, match=r"measure an arch of a target twice.*"
+                                            r"latency_ms/cpu-a-1t/b1-t128-fp32-eager-int8"):
+        long_table(pl.concat([stacked, int8], how="diagonal_relaxed"), ["latency_ms"])
+
+
 def test_k_beyond_the_measured_archs_is_a_clear_error(measurements: pl.DataFrame,
                                                       tmp_path: Path) -> None:
     new = measurements.filter(pl.col("device") == "gpu-b").head(7)

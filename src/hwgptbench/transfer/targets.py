@@ -2,7 +2,9 @@
 of many targets per arch as one matrix.
 
 A target is what one surrogate predicts. Two targets of one device label differ in a
-measurement condition (batch size, sequence length, dtype, launch) on the same machine; two
+measurement condition on the same machine: the measure stage's (batch size, sequence length,
+dtype, launch) or, for rows of the runtime stage, also the workload (prefill, decode,
+train_step) and runtime options (SDPA backend, int8, compile, recompute); two
 device labels may name different hardware, or the same hardware with another thread count
 (CPU labels end in ``-{threads}t``). ``hardware`` (the measured ``device_name``) tells which.
 """
@@ -15,10 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from ..measure.condition import SHAPE_KEYS
-from ..surrogates import condition_id
+from ..measure.condition import CONDITION_KEYS, Condition
+from ..surrogates import with_condition_columns
 
-TARGET_KEYS = ("metric", "device", *SHAPE_KEYS)
+TARGET_KEYS = ("metric", "device", *CONDITION_KEYS)
 
 
 class TransferError(ValueError):
@@ -27,6 +29,8 @@ class TransferError(ValueError):
 
 LONG_SCHEMA = {"metric": pl.String, "device": pl.String, "batch_size": pl.Int64,
                "seq_len": pl.Int64, "dtype": pl.String, "launch": pl.String,
+               "workload": pl.String, "gen_len": pl.Int64, "attention": pl.String,
+               "quant": pl.String, "compile": pl.Boolean, "recompute": pl.Boolean,
                "hardware": pl.String, "arch_id": pl.String, "value": pl.Float64}
 
 
@@ -40,11 +44,17 @@ class Target:
     seq_len: int
     dtype: str
     launch: str
+    workload: str = "prefill"
+    gen_len: int = 0
+    attention: str = "default"
+    quant: str = "none"
+    compile: bool = False
+    recompute: bool = False
 
     @property
     def condition(self) -> str:
-        """Condition id, e.g. ``b1-t128-fp32-eager``."""
-        return condition_id(self.batch_size, self.seq_len, self.dtype, self.launch)
+        """Condition id, e.g. ``b1-t128-fp32-eager`` or ``b1-t64-bf16-eager-decode32``."""
+        return Condition(**{key: getattr(self, key) for key in CONDITION_KEYS}).id
 
     @property
     def name(self) -> str:
@@ -53,18 +63,29 @@ class Target:
 
 
 def long_table(measurements: pl.DataFrame, metrics: Sequence[str]) -> pl.DataFrame:
-    """One row per (target, arch) with a positive measured value (``ok`` rows only):
-    ``metric, device, batch_size, seq_len, dtype, launch, hardware, arch_id, value``."""
+    """One row per (target, arch) with a positive measured value (``ok`` rows only): the
+    target's keys (metric, device, condition fields), ``hardware, arch_id, value``.
+
+    Tables of the measure and of the runtime stage stack (rows without a runtime option hold
+    its default); an (arch, target) measured twice is an error, not a silent choice."""
     ok = measurements.filter(pl.col("status") == "ok") if "status" in measurements.columns \
         else measurements
+    ok = with_condition_columns(ok)
     hardware = (pl.col("device_name").cast(pl.String) if "device_name" in ok.columns
                 else pl.col("device"))
-    parts = [ok.select(pl.lit(metric).alias("metric"), "device", *SHAPE_KEYS,
+    parts = [ok.select(pl.lit(metric).alias("metric"), "device", *CONDITION_KEYS,
                        hardware.alias("hardware"), "arch_id",
                        pl.col(metric).cast(pl.Float64).alias("value"))
              .filter(pl.col("value").is_not_null() & (pl.col("value") > 0))
              for metric in metrics if metric in ok.columns]
     table = (pl.concat(parts) if parts else pl.DataFrame(schema=LONG_SCHEMA)).cast(LONG_SCHEMA)
+    twice = table.filter(table.select(*TARGET_KEYS, "arch_id").is_duplicated())
+    if twice.height:
+        first = twice.row(0, named=True)
+        target = Target(**{key: first[key] for key in TARGET_KEYS})
+        raise TransferError(f"{twice.height} rows measure an arch of a target twice, e.g. "
+                            f"{first['arch_id']} of {target.name}; stack each (device, "
+                            "condition) from one table")
     return table.sort(*TARGET_KEYS, "arch_id")
 
 
