@@ -5,8 +5,15 @@ table at one k (per method and baseline: median and worst Spearman, Kendall τ, 
         --k 10 --out /tmp/transfer-quality.parquet TABLE.parquet [TABLE.parquet ...]
 
 Tables are measurement tables (`hwgptbench measure` shards, device tables or
-measurements.parquet), stacked; every (device, condition) in them is a target. The transfer
+measurements.parquet, and `hwgptbench runtime` tables, whose workloads and options are
+conditions of their own), stacked; every (device, condition) in them is a target. The transfer
 settings are those of params.yaml (`--params` overrides, as for `hwgptbench`).
+
+`--retest TABLE ...` gives a second measurement of the same targets: each target's
+test-retest agreement (the scores of the re-measurement as a prediction of the first) is
+printed next to the method's and the full surrogate's scores, with sqrt(retest Spearman), the
+approximate ceiling of any predictor's rank agreement with one noisy measurement; then the
+whole evaluation is repeated on the geometric mean of both measurements (less noise).
 """
 
 from __future__ import annotations
@@ -20,7 +27,16 @@ import polars as pl
 from hwgptbench import data, params
 from hwgptbench.archs import write_table
 from hwgptbench.space import SearchSpace
-from hwgptbench.transfer import evaluate, summarize
+from hwgptbench.measure.condition import CONDITION_KEYS
+from hwgptbench.surrogates import with_condition_columns
+from hwgptbench.transfer import evaluate, retest, summarize
+
+TABLE_FORMAT = {"tbl_rows": 100, "tbl_cols": 20, "tbl_width_chars": 220, "float_precision": 3,
+                "tbl_hide_dataframe_shape": True, "tbl_hide_column_data_types": True}
+
+
+def _stacked(paths: list[str]) -> pl.DataFrame:
+    return pl.concat([pl.read_parquet(p) for p in paths], how="diagonal_relaxed")
 
 
 def main() -> None:
@@ -32,13 +48,17 @@ def main() -> None:
     parser.add_argument("--params", action="append", help="params files (default: params.yaml)")
     parser.add_argument("--k", type=int, default=10, help="k of the printed table")
     parser.add_argument("--out", help="write the full quality table here (parquet)")
+    parser.add_argument("--retest", nargs="+", default=[],
+                        help="a second measurement of the same targets: noise ceilings")
+    parser.add_argument("--method", default="meta_ridge",
+                        help="method shown per target next to the ceiling (designed selection)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     config = params.merge_files(args.params or ["params.yaml"], ["transfer", "spaces"])
     section = {**config["transfer"], "ks": sorted({*config["transfer"]["ks"], args.k})}
     space = SearchSpace.from_dict(args.scale, config["spaces"][args.scale])
     vocab_size = data.TokenShards.open(args.data).manifest["tokenizer"]["vocab_size"]
-    table = pl.concat([pl.read_parquet(p) for p in args.tables], how="diagonal_relaxed")
+    table = _stacked(args.tables)
     start = time.perf_counter()
     quality = evaluate(table, space, vocab_size, section)
     seconds = time.perf_counter() - start
@@ -52,13 +72,62 @@ def main() -> None:
             "metric", "hold_out", "reason").unique().iter_rows(named=True):
         print(f"{row['metric']} (hold out {row['hold_out'] or 'any'}): not evaluated: "
               f"{row['reason']}")
-    summary = summarize(quality, [args.k])
-    with pl.Config(tbl_rows=100, tbl_cols=20, tbl_width_chars=220, float_precision=3,
-                   tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
-        print(summary.select("metric", "hold_out", "method", "kind", "selection", "k", "targets",
-                             "spearman_median", "spearman_worst", "kendall_tau_median",
-                             "kendall_tau_worst", "within_10pct_median", "within_10pct_worst",
-                             "mdape_median", "mdape_worst"))
+    _print_summary(quality, args.k)
+    if args.retest:
+        again = _stacked(args.retest)
+        _print_ceilings(quality, retest(table, again, section["metrics"]), args.k, args.method)
+        print("the evaluation on the geometric mean of both measurements:")
+        _print_summary(evaluate(_geometric_mean(table, again, section["metrics"]), space,
+                                vocab_size, section), args.k)
+
+
+def _print_summary(quality: pl.DataFrame, k: int) -> None:
+    with pl.Config(**TABLE_FORMAT):
+        print(summarize(quality, [k]).select(
+            "metric", "hold_out", "method", "kind", "selection", "k", "targets",
+            "spearman_median", "spearman_worst", "kendall_tau_median", "kendall_tau_worst",
+            "within_10pct_median", "within_10pct_worst", "mdape_median", "mdape_worst"))
+
+
+def _geometric_mean(first: pl.DataFrame, second: pl.DataFrame, metrics: list[str]
+                    ) -> pl.DataFrame:
+    """The rows measured ok in both tables, each metric the geometric mean of the two."""
+    keys = ["device", *CONDITION_KEYS, "arch_id"]
+
+    def ok(table: pl.DataFrame) -> pl.DataFrame:
+        return with_condition_columns(table.filter(pl.col("status") == "ok"))
+
+    present = [m for m in metrics if m in first.columns and m in second.columns]
+    again = ok(second).select(*keys, *(pl.col(m).alias(f"{m}_again") for m in present))
+    return ok(first).join(again, on=keys).with_columns(
+        (pl.col(m) * pl.col(f"{m}_again")).sqrt().alias(m) for m in present)
+
+
+def _print_ceilings(quality: pl.DataFrame, ceilings: pl.DataFrame, k: int, method: str
+                    ) -> None:
+    """Per target: the re-measurement's scores next to the method's and the full surrogate's
+    (device hold-out where evaluated, else target hold-out); then medians and worsts."""
+    hold_out = "device" if quality.filter(pl.col("hold_out") == "device",
+                                          pl.col("status") == "ok").height else "target"
+    ok = quality.filter(pl.col("status") == "ok", pl.col("hold_out") == hold_out)
+    keys = ["metric", "device", "condition"]
+    picked = ok.filter(pl.col("method") == method, pl.col("selection") == "designed",
+                       pl.col("k") == k).select(*keys, pl.col("spearman").alias("method_rho"),
+                                                pl.col("within_10pct").alias("method_10pct"))
+    full = ok.filter(pl.col("method") == "full_surrogate").select(
+        *keys, pl.col("spearman").alias("full_rho"), pl.col("within_10pct").alias("full_10pct"))
+    joined = ceilings.rename({"spearman": "retest_rho", "within_10pct": "retest_10pct"}).join(
+        picked, on=keys, how="left").join(full, on=keys, how="left")
+    joined = joined.with_columns(pl.col("retest_rho").sqrt().alias("ceiling_rho"))
+    columns = ["retest_rho", "ceiling_rho", "method_rho", "full_rho", "retest_10pct",
+               "method_10pct", "full_10pct"]
+    print(f"noise ceilings (re-measurement as the prediction), {method} designed k = {k}, "
+          f"hold out {hold_out}:")
+    with pl.Config(**TABLE_FORMAT):
+        print(joined.select(*keys, "n", *columns))
+        print(joined.group_by("metric").agg(
+            *(pl.col(c).median().alias(f"{c}_median") for c in columns),
+            *(pl.col(c).min().alias(f"{c}_worst") for c in columns)))
 
 
 if __name__ == "__main__":

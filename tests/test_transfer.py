@@ -16,7 +16,7 @@ from hwgptbench.figures.transfer import transfer_quality, transfer_table
 from hwgptbench.space import Arch, SearchSpace
 from hwgptbench.surrogate.features import analytic_counts
 from hwgptbench.surrogate.quality import fold_indices
-from hwgptbench.transfer import TransferError, evaluate, summarize
+from hwgptbench.transfer import TransferError, evaluate, retest, summarize
 from hwgptbench.transfer.adapt import adapt_device
 from hwgptbench.transfer.evaluate import (Case, adapt_predictions, held_out_case, scores,
                                          source_indices)
@@ -191,6 +191,19 @@ def test_runtime_workloads_are_targets_of_their_own(measurements: pl.DataFrame) 
         long_table(pl.concat([stacked, int8], how="diagonal_relaxed"), ["latency_ms"])
 
 
+def test_retest_scores_a_re_measurement_against_the_first(measurements: pl.DataFrame) -> None:
+    same = retest(measurements, measurements, ["latency_ms"])
+    assert same.height == len(TARGETS) and set(same["n"]) == {60}
+    assert same["spearman"].min() == 1.0 and same["mdape"].max() == 0.0
+    rng = np.random.default_rng(1)
+    again = measurements.with_columns(pl.col("latency_ms") * rng.lognormal(0, 0.05, len(
+        measurements))).filter(pl.col("arch_id") != measurements["arch_id"][0])
+    noisy = retest(measurements, again, ["latency_ms"])
+    assert set(noisy["n"]) == {59}  # archs measured in both only
+    assert (noisy["spearman"] < 1).all() and (noisy["within_10pct"] < 1).all()
+    assert "b1-t128-fp32-eager" in set(noisy["condition"])
+
+
 def test_k_beyond_the_measured_archs_is_a_clear_error(measurements: pl.DataFrame,
                                                       tmp_path: Path) -> None:
     new = measurements.filter(pl.col("device") == "gpu-b").head(7)
@@ -231,6 +244,34 @@ def test_cli_adapt_from_a_file_then_query_the_new_device(
          "latency_ms", "--condition", condition, "--arch", archs[0].id, "--out", str(out)],
         tmp_path)
     assert pl.read_csv(out)["latency_ms"][0] == pytest.approx(predicted["latency_ms"][0])
+
+
+def test_runtime_tables_join_the_evaluation_and_adaptation(
+        measurements: pl.DataFrame, shakespeare: Path, tmp_path: Path) -> None:
+    """`hwgptbench transfer --runtime` evaluates runtime workloads as targets; a decode
+    condition of a new device is adapted and queried by its condition id."""
+    decode = measurements.filter(pl.col("batch_size") == 1, pl.col("seq_len") == 128).with_columns(
+        pl.lit("decode").alias("workload"), pl.lit(16).alias("gen_len"),
+        (pl.col("latency_ms") / 8).alias("latency_ms"))
+    measured, runtime = tmp_path / "measurements.parquet", tmp_path / "runtime.parquet"
+    measurements.write_parquet(measured)
+    decode.filter(pl.col("device") != "gpu-b").write_parquet(runtime)
+    out = tmp_path / "quality.parquet"
+    files = ["--params", str(REPO_ROOT / "params.yaml"), "--scale", "tiny", "--data",
+             str(shakespeare)]
+    assert cli.main(["transfer", *files, "--measurements", str(measured), "--runtime",
+                     str(runtime), "--out", str(out), "--summary-out",
+                     str(tmp_path / "summary.parquet")]) == 0
+    quality = pl.read_parquet(out).filter(pl.col("status") == "ok")
+    assert "b1-t128-fp32-eager-decode16" in set(quality["condition"])
+    results = tmp_path / "results"
+    adapt_device(SECTION, SPACE, VOCAB, pl.concat([measurements, decode], how="diagonal_relaxed")
+                 .filter(pl.col("device") != "gpu-b"), decode.filter(pl.col("device") == "gpu-b"),
+                 "new-gpu", 10, results / "tiny" / "adapted")
+    bench = Benchmark.load("tiny", results)
+    predicted = bench.query(bench.sample(20, seed=2), "latency_ms", device="new-gpu",
+                            condition="b1-t128-fp32-eager-decode16")
+    assert (predicted["latency_ms"] > 0).all()
 
 
 def test_cli_adapt_measures_k_archs_on_this_machine(

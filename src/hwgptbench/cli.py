@@ -260,8 +260,9 @@ def cmd_transfer(args: argparse.Namespace) -> None:
 
     config = _load(args, ["transfer", "spaces"])
     section = config["transfer"]
-    quality = transfer.evaluate(pl.read_parquet(args.measurements), _space(config, args.scale),
-                                _vocab_size(args), section)
+    tables = [pl.read_parquet(path) for path in [args.measurements, *args.runtime]]
+    quality = transfer.evaluate(pl.concat(tables, how="diagonal_relaxed"),
+                                _space(config, args.scale), _vocab_size(args), section)
     summary = transfer.summarize(quality, [section["report_k"]])
     archs.write_table(quality, args.out)
     archs.write_table(summary, args.summary_out)
@@ -509,6 +510,8 @@ def build_parser() -> argparse.ArgumentParser:
     _scale_and_data(command)
     command.add_argument("--measurements", required=True,
                          help="the measurements table of the scale (all devices)")
+    command.add_argument("--runtime", nargs="*", default=[],
+                         help="runtime tables: their workloads and options are targets too")
     command.add_argument("--out", required=True, help="quality table (parquet)")
     command.add_argument("--summary-out", required=True,
                          help="its summary at transfer.report_k (parquet)")

@@ -7,10 +7,10 @@ k archs to measure), :mod:`.model` (the stored ``adapted`` surrogate family), :m
 (leave-one-target-out quality, baselines, summary), :mod:`.adapt` (`hwgptbench adapt`).
 """
 
-from .evaluate import BASELINES, UPPER_BOUND, evaluate, summarize
+from .evaluate import BASELINES, UPPER_BOUND, evaluate, retest, summarize
 from .methods import METHODS
 from .selection import SELECTIONS, SelectionError
 from .targets import Target, TransferError
 
 __all__ = ["BASELINES", "METHODS", "SELECTIONS", "SelectionError", "Target", "TransferError",
-           "UPPER_BOUND", "evaluate", "summarize"]
+           "UPPER_BOUND", "evaluate", "retest", "summarize"]

@@ -32,7 +32,7 @@ from ..space import Arch, SearchSpace
 from .methods import Design, Method, make_method
 from .selection import select
 from .sources import condition_features, cross_fitted
-from .targets import Profiles, hardware_of, long_table
+from .targets import TARGET_KEYS, Profiles, Target, hardware_of, long_table
 
 log = logging.getLogger(__name__)
 
@@ -247,6 +247,29 @@ def evaluate(measurements: pl.DataFrame, space: SearchSpace, vocab_size: int,
         rows += (evaluate_metric(part, space, vocab_size, section) if part.height else
                  [_skipped_metric(metric, f"no measured {metric} values (status ok, > 0)")])
     return pl.DataFrame(rows, schema=QUALITY_SCHEMA)
+
+
+def retest(first: pl.DataFrame, second: pl.DataFrame, metrics: Sequence[str]) -> pl.DataFrame:
+    """The noise ceiling of each target measured twice: the scores of the second measurement
+    as a prediction of the first, over the archs both measured (no model predicts a single
+    measurement better than a re-measurement does, on average)."""
+    keys = ["metric", "device", "condition", "arch_id"]
+
+    def named(table: pl.DataFrame) -> pl.DataFrame:
+        long = long_table(table, metrics)
+        return long.with_columns(pl.Series("condition", [
+            Target(**{k: row[k] for k in TARGET_KEYS}).condition
+            for row in long.select(TARGET_KEYS).iter_rows(named=True)], dtype=pl.String))
+
+    paired = named(first).select(*keys, "value").join(
+        named(second).select(*keys, pl.col("value").alias("again")), on=keys)
+    rows = [{"metric": metric, "device": device, "condition": condition, "n": part.height,
+             **scores(part["value"].to_numpy(), part["again"].to_numpy())}
+            for (metric, device, condition), part in paired.group_by(
+                "metric", "device", "condition", maintain_order=True) if part.height > 2]
+    schema = {"metric": pl.String, "device": pl.String, "condition": pl.String, "n": pl.Int64,
+              **dict.fromkeys(SCORES, pl.Float64)}
+    return pl.DataFrame(rows, schema=schema).sort("metric", "device", "condition")
 
 
 def summarize(quality: pl.DataFrame, ks: Sequence[int] | None = None) -> pl.DataFrame:
