@@ -14,6 +14,9 @@ test-retest agreement (the scores of the re-measurement as a prediction of the f
 printed next to the method's and the full surrogate's scores, with sqrt(retest Spearman), the
 approximate ceiling of any predictor's rank agreement with one noisy measurement; then the
 whole evaluation is repeated on the geometric mean of both measurements (less noise).
+`--third TABLE ...` (with `--retest`) gives a third measurement of some targets: each run's
+own reliability then follows without assuming equal noise, corr(truth, first run) ≈
+sqrt(ρ_12 ρ_13 / ρ_23), the ceiling of a predictor's Spearman against the first run.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ def main() -> None:
     parser.add_argument("--out", help="write the full quality table here (parquet)")
     parser.add_argument("--retest", nargs="+", default=[],
                         help="a second measurement of the same targets: noise ceilings")
+    parser.add_argument("--third", nargs="+", default=[],
+                        help="a third measurement (with --retest): each run's reliability")
     parser.add_argument("--method", default="meta_ridge",
                         help="method shown per target next to the ceiling (designed selection)")
     args = parser.parse_args()
@@ -76,9 +81,27 @@ def main() -> None:
     if args.retest:
         again = _stacked(args.retest)
         _print_ceilings(quality, retest(table, again, section["metrics"]), args.k, args.method)
+        if args.third:
+            _print_reliability(table, again, _stacked(args.third), section["metrics"])
         print("the evaluation on the geometric mean of both measurements:")
         _print_summary(evaluate(_geometric_mean(table, again, section["metrics"]), space,
                                 vocab_size, section), args.k)
+
+
+def _print_reliability(first: pl.DataFrame, second: pl.DataFrame, third: pl.DataFrame,
+                       metrics: list[str]) -> None:
+    """Pairwise test-retest Spearman of three runs and the first run's reliability."""
+    keys = ["metric", "device", "condition"]
+
+    def rho(a: pl.DataFrame, b: pl.DataFrame, name: str) -> pl.DataFrame:
+        return retest(a, b, metrics).select(*keys, pl.col("spearman").alias(name))
+
+    table = rho(first, second, "rho_12").join(rho(first, third, "rho_13"), on=keys).join(
+        rho(second, third, "rho_23"), on=keys).with_columns(
+        (pl.col("rho_12") * pl.col("rho_13") / pl.col("rho_23")).sqrt().alias("ceiling_first"))
+    print("three runs: corr(truth, first run) ~ sqrt(rho_12 rho_13 / rho_23):")
+    with pl.Config(**TABLE_FORMAT):
+        print(table)
 
 
 def _print_summary(quality: pl.DataFrame, k: int) -> None:
