@@ -142,8 +142,9 @@ def test_leave_one_target_out_never_sees_the_held_out_values(
     chosen = select("designed", case.design.features, k)
     keep = {profiles.arch_ids[case.rows[i]] for i in chosen}
     rng = np.random.default_rng(7)
-    is_target = ((pl.col("device") == target.device) & (pl.col("batch_size") == target.batch_size)
-                 & (pl.col("seq_len") == target.seq_len) & (pl.col("dtype") == target.dtype))
+    condition = target.condition
+    is_target = ((pl.col("device") == target.device) & (pl.col("batch_size") == condition.batch_size)
+                 & (pl.col("seq_len") == condition.seq_len) & (pl.col("dtype") == condition.dtype))
     scrambled = measurements.with_columns(latency_ms=pl.when(
         is_target & ~pl.col("arch_id").is_in(list(keep))).then(
         pl.lit(rng.uniform(1, 100, measurements.height))).otherwise(pl.col("latency_ms")))
@@ -181,7 +182,7 @@ def test_runtime_workloads_are_targets_of_their_own(measurements: pl.DataFrame) 
                                 pl.lit("int8").alias("quant"))
     stacked = pl.concat([prefill, decode, int8], how="diagonal_relaxed")
     profiles = Profiles.from_long(long_table(stacked, ["latency_ms"]))
-    column = {t.condition: j for j, t in enumerate(profiles.targets)}
+    column = {t.condition.id: j for j, t in enumerate(profiles.targets)}
     assert set(column) == {"b1-t128-fp32-eager", "b1-t128-fp32-eager-int8",
                            "b1-t128-fp32-eager-decode16"}
     np.testing.assert_allclose(profiles.values[:, column["b1-t128-fp32-eager-decode16"]] * 10,

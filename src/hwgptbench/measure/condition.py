@@ -42,9 +42,10 @@ def _one_of(name: str, value: Any, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{name}: {value!r} is not one of {list(choices)}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Condition:
-    """The input shape, dtype, launch mode and runtime options of a measurement."""
+    """The input shape, dtype, launch mode and runtime options of a measurement (ordered by
+    its fields, so that collections of conditions sort)."""
 
     batch_size: int
     seq_len: int

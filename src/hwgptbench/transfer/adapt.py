@@ -30,7 +30,7 @@ from .methods import make_method
 from .model import AdaptedSurrogate
 from .selection import select
 from .sources import fit_sources
-from .targets import TARGET_KEYS, Profiles, TransferError, long_table, targets_of
+from .targets import Profiles, TransferError, long_table, targets_of
 
 log = logging.getLogger(__name__)
 
@@ -118,32 +118,32 @@ def _adapt_metric(section: Mapping[str, Any], space: SearchSpace, vocab_size: in
     reference = [Arch.from_id(a) for a in reference_ids]
     written = []
     for target in targets_of(targets):
-        rows = targets.filter(*(pl.col(key) == getattr(target, key) for key in TARGET_KEYS))
+        rows = targets.filter(*target.matches())
+        shape = (target.condition.batch_size, target.condition.seq_len)
         if rows.height < k:
             raise TransferError(f"{target.name}: {rows.height} measured archs, fewer than "
                                 f"k = {k}; measure more archs or lower --k")
         archs = [Arch.from_id(a) for a in rows["arch_id"]]
-        X = feature_matrix(space, archs, vocab_size, target.batch_size, target.seq_len)
+        X = feature_matrix(space, archs, vocab_size, *shape)
         chosen = select(selection, X, k, section["seed"])
         model = AdaptedSurrogate(space, vocab_size, models, make_method(method, section),
                                  section["coverage"])
-        model.prepare(feature_matrix(space, reference, vocab_size, target.batch_size,
-                                     target.seq_len), measured)
+        model.prepare(feature_matrix(space, reference, vocab_size, *shape), measured)
         model.fit(X[chosen], rows["value"].to_numpy()[chosen])
-        folder = out / target.metric / target.condition / AdaptedSurrogate.family
+        folder = out / target.metric / target.condition.id / AdaptedSurrogate.family
         measured = [archs[i].id for i in chosen]
         save_surrogate(model, folder, {
             "space_name": space.name, "space": space.to_dict(), "metric": target.metric,
-            "device": target.device, "device_fingerprint": {}, "condition": target.condition,
-            "training_rows": k, "feature_args": {"vocab_size": vocab_size,
-                                                 "batch_size": target.batch_size,
-                                                 "seq_len": target.seq_len},
+            "device": target.device, "device_fingerprint": {},
+            "condition": target.condition.id, "training_rows": k,
+            "feature_args": {"vocab_size": vocab_size, "batch_size": shape[0],
+                             "seq_len": shape[1]},
             "transfer": {"method": method, "selection": selection, "k": k,
                          "measured_archs": measured,
                          "sources": [m.target.name for m in models]}})
         log.info("%s: %s from %d measured archs and %d sources (leave-one-out error %.1f%%)",
                  target.name, method, k, len(models), 100 * np.expm1(model.method.sigma))
-        written.append({"metric": target.metric, "condition": target.condition,
+        written.append({"metric": target.metric, "condition": target.condition.id,
                         "measured": rows.height, "k": k, "method": method,
                         "sources": len(models), "folder": str(folder)})
     return written

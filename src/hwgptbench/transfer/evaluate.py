@@ -219,7 +219,7 @@ def evaluate_metric(long: pl.DataFrame, space: SearchSpace, vocab_size: int,
                                         f"hold out {hold_out}", unit="target", mininterval=2.0)):
             others = source_indices(profiles, j, hold_out)
             base = {"metric": metric, "hold_out": hold_out, "device": target.device,
-                    "condition": target.condition, "hardware": hardware[target.device],
+                    "condition": target.condition.id, "hardware": hardware[target.device],
                     "sources": len(others),
                     "sources_same_hardware": sum(hardware[profiles.targets[s].device]
                                                  == hardware[target.device] for s in others)}
@@ -258,7 +258,7 @@ def retest(first: pl.DataFrame, second: pl.DataFrame, metrics: Sequence[str]) ->
     def named(table: pl.DataFrame) -> pl.DataFrame:
         long = long_table(table, metrics)
         return long.with_columns(pl.Series("condition", [
-            Target(**{k: row[k] for k in TARGET_KEYS}).condition
+            Target.from_columns(row).condition.id
             for row in long.select(TARGET_KEYS).iter_rows(named=True)], dtype=pl.String))
 
     paired = named(first).select(*keys, "value").join(

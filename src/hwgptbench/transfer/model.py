@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -93,7 +92,7 @@ class AdaptedSurrogate:
         options: dict[str, Any] = {
             "space_name": self.space.name, "space": self.space.to_dict(),
             "vocab_size": self.vocab_size, "coverage": self._coverage,
-            "sources": [asdict(s.target) for s in self.sources],
+            "sources": [s.target.columns() for s in self.sources],
             "method": self.method.name, "method_state": self.method.state()}
         (folder / _OPTIONS).write_text(json.dumps(options, indent=2, sort_keys=True) + "\n")
 
@@ -102,7 +101,7 @@ class AdaptedSurrogate:
         """Read a model written by :meth:`save`."""
         folder = Path(folder)
         options = json.loads((folder / _OPTIONS).read_text())
-        sources = [SourceModel(Target(**target),
+        sources = [SourceModel(Target.from_columns(target),
                                lgb.Booster(model_file=folder / _SOURCES / f"{index}.txt"))
                    for index, target in enumerate(options["sources"])]
         return cls(SearchSpace.from_dict(options["space_name"], options["space"]),

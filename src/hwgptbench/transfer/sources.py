@@ -41,11 +41,11 @@ def condition_features(space: SearchSpace, encoded: np.ndarray, vocab_size: int,
     """The feature matrix of the rows of ``encoded`` for each target's condition (computed once
     per distinct batch size and sequence length)."""
     cache: dict[tuple[int, int], np.ndarray] = {}
-    for target in targets:
-        key = (target.batch_size, target.seq_len)
-        if key not in cache:
-            cache[key] = features_of_encoded(space, encoded, vocab_size, *key)
-    return [cache[(t.batch_size, t.seq_len)] for t in targets]
+    shapes = [(t.condition.batch_size, t.condition.seq_len) for t in targets]
+    for shape in shapes:
+        if shape not in cache:
+            cache[shape] = features_of_encoded(space, encoded, vocab_size, *shape)
+    return [cache[shape] for shape in shapes]
 
 
 @dataclass

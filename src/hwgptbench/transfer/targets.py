@@ -11,8 +11,9 @@ device labels may name different hardware, or the same hardware with another thr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -40,26 +41,26 @@ class Target:
 
     metric: str
     device: str
-    batch_size: int
-    seq_len: int
-    dtype: str
-    launch: str
-    workload: str = "prefill"
-    gen_len: int = 0
-    attention: str = "default"
-    quant: str = "none"
-    compile: bool = False
-    recompute: bool = False
+    condition: Condition
 
-    @property
-    def condition(self) -> str:
-        """Condition id, e.g. ``b1-t128-fp32-eager`` or ``b1-t64-bf16-eager-decode32``."""
-        return Condition(**{key: getattr(self, key) for key in CONDITION_KEYS}).id
+    @classmethod
+    def from_columns(cls, columns: Mapping[str, Any]) -> Target:
+        """The target of a row holding ``TARGET_KEYS`` (e.g. of a long table)."""
+        return cls(columns["metric"], columns["device"],
+                   Condition(**{key: columns[key] for key in CONDITION_KEYS}))
+
+    def columns(self) -> dict[str, Any]:
+        """The values of ``TARGET_KEYS``: the inverse of :meth:`from_columns`."""
+        return {"metric": self.metric, "device": self.device, **self.condition.as_dict()}
+
+    def matches(self) -> list[pl.Expr]:
+        """Filters selecting this target's rows of a table with ``TARGET_KEYS`` columns."""
+        return [pl.col(key) == value for key, value in self.columns().items()]
 
     @property
     def name(self) -> str:
-        """``metric/device/condition``, for messages."""
-        return f"{self.metric}/{self.device}/{self.condition}"
+        """``metric/device/condition id``, for messages."""
+        return f"{self.metric}/{self.device}/{self.condition.id}"
 
 
 def long_table(measurements: pl.DataFrame, metrics: Sequence[str]) -> pl.DataFrame:
@@ -82,7 +83,7 @@ def long_table(measurements: pl.DataFrame, metrics: Sequence[str]) -> pl.DataFra
     twice = table.filter(table.select(*TARGET_KEYS, "arch_id").is_duplicated())
     if twice.height:
         first = twice.row(0, named=True)
-        target = Target(**{key: first[key] for key in TARGET_KEYS})
+        target = Target.from_columns(first)
         raise TransferError(f"{twice.height} rows measure an arch of a target twice, e.g. "
                             f"{first['arch_id']} of {target.name}; stack each (device, "
                             "condition) from one table")
@@ -91,7 +92,8 @@ def long_table(measurements: pl.DataFrame, metrics: Sequence[str]) -> pl.DataFra
 
 def targets_of(long: pl.DataFrame) -> list[Target]:
     """The targets of a long table, sorted."""
-    return sorted(Target(*row) for row in long.select(TARGET_KEYS).unique().iter_rows())
+    return sorted(Target.from_columns(row)
+                  for row in long.select(TARGET_KEYS).unique().iter_rows(named=True))
 
 
 def hardware_of(long: pl.DataFrame) -> dict[str, str]:
@@ -119,7 +121,7 @@ class Profiles:
         row = {a: i for i, a in enumerate(arch_ids)}
         values = np.full((len(arch_ids), len(targets)), np.nan)
         for j, target in enumerate(targets):
-            part = long.filter(*(pl.col(k) == getattr(target, k) for k in TARGET_KEYS))
+            part = long.filter(*target.matches())
             values[[row[a] for a in part["arch_id"]], j] = part["value"].to_numpy()
         return cls(targets, arch_ids, values)
 
