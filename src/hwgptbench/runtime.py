@@ -32,7 +32,7 @@ from .archs import write_table
 from .measure import Settings, default_device, fingerprint, forward_flops, resolve_label
 from .measure.breakdown import profile_breakdown
 from .measure.condition import Condition
-from .measure.latency import LATENCY_FIELDS, measure_latency_interleaved
+from .measure.latency import LATENCY_FIELDS, measure_latency, measure_latency_interleaved
 from .measure.memory import unmeasured
 from .measure.workloads import Unsupported, Workload, build_workload, cuda_peak_memory
 from .measure.workloads import unsupported_reason
@@ -141,12 +141,17 @@ def measure_condition(space: SearchSpace, archs: Sequence[Arch], vocab_size: int
 
 
 def breakdown_rows(space: SearchSpace, arch: Arch, vocab_size: int, condition: Condition,
-                   device: torch.device, seed: int, repeats: int, latency: float
+                   device: torch.device, settings: Settings, repeats: int
                    ) -> list[dict[str, Any]]:
     """Module and operator rows of one arch and condition: ms per call under the profiler,
-    the fraction of the profiled step, the step and ``latency``, the unprofiled ms per call
-    (as the runtime rows timed it)."""
-    workload = build_workload(space, arch, vocab_size, condition, device, seed)
+    the fraction of the profiled step, the step and the unprofiled latency per call.
+
+    The unprofiled latency is timed here, back to back as the profiled calls run, not taken
+    from the interleaved runtime rows: interleaving leaves caches colder (a tiny train step
+    timed interleaved took up to 1.16x its profiled step), which would confound the
+    profiler's overhead with the timing schedule."""
+    workload = build_workload(space, arch, vocab_size, condition, device, settings.seed)
+    latency = measure_latency(workload.call, device, **settings.timing())["latency_ms"]
     profiled = profile_breakdown(workload.model, workload.call, repeats, device)
     base = {"arch_id": arch.id, **condition.as_dict(), "condition": condition.id,
             "step_ms": profiled["step_ms"], "latency_ms": latency}
@@ -177,19 +182,14 @@ def measure_runtime(section: dict[str, Any], threads: int, space: SearchSpace,
     defaults = [c for c in conditions if c.dtype == section["dtypes"][0]
                 and c == Condition(**{**c.as_dict(), "attention": "default", "quant": "none",
                                       "compile": False, "recompute": False})]
-    per_call = {(row["arch_id"], row["condition"]):
-                row["latency_ms"] * (row["gen_len"] if row["workload"] == "decode" else 1)
-                for row in rows if row["status"] == "ok"}
     parts = []
     for arch in tqdm(profiled, desc="breakdown", unit="arch"):
         for condition in defaults:
-            latency = per_call.get((arch.id, condition.id))
-            if latency is None:
-                log.warning("breakdown of %s under %s skipped: not measured", arch.id,
-                            condition.id)
-                continue
-            parts += breakdown_rows(space, arch, vocab_size, condition, device, settings.seed,
-                                    section["breakdown"]["repeats"], latency)
+            try:
+                parts += breakdown_rows(space, arch, vocab_size, condition, device, settings,
+                                        section["breakdown"]["repeats"])
+            except Unsupported as err:
+                log.warning("breakdown of %s skipped: %s", arch.id, err)
     runtime = pl.DataFrame(rows, schema_overrides=NULLABLE | {"tokens_per_s": pl.Float64},
                            infer_schema_length=None)
     breakdown = pl.DataFrame(parts, infer_schema_length=None).with_columns(
