@@ -51,7 +51,10 @@ def test_n_params_closed_form_tiny(tiny: SearchSpace, supernet: SuperGPT) -> Non
     for arch in [tiny.largest(), tiny.smallest(), *tiny.sample(20, seed=0)]:
         model = supernet.extract(arch)
         assert tiny.n_params(arch, VOCAB) == n_params(model)
-        assert any("bias" in n for n, _ in model.named_parameters()) == arch.bias
+        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        assert all((m.bias is not None) == arch.bias for m in linears)
+        norms = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
+        assert len(norms) == 2 * arch.n_layer + 1 and all(m.bias is not None for m in norms)
 
 
 def test_subnetwork_equals_extracted_model(tiny: SearchSpace, supernet: SuperGPT,
@@ -130,16 +133,14 @@ def test_subnetwork_forward_does_not_copy_weights(tiny: SearchSpace, supernet: S
 def expected_slices(arch: Arch, hs: int) -> dict[str, tuple[slice, ...]]:
     """Index into every supernet parameter of the part that arch uses."""
     e = slice(None, arch.embed_dim)
-    used = {"wte.weight": (slice(None), e), "ln_f.weight": (e,)}
-    if arch.bias:
-        used["ln_f.bias"] = (e,)
+    used = {"wte.weight": (slice(None), e), "ln_f.weight": (e,), "ln_f.bias": (e,)}
     for i, (h, hidden) in enumerate(zip(arch.n_head, arch.mlp_hidden)):
         a, f = slice(None, h * hs), slice(None, hidden)
         shapes = {"ln1": (e,), "ln2": (e,), "attn.q": (a, e), "attn.k": (a, e), "attn.v": (a, e),
                   "attn.proj": (e, a), "mlp.fc": (f, e), "mlp.proj": (e, f)}
         for name, index in shapes.items():
             used[f"blocks.{i}.{name}.weight"] = index
-            if arch.bias:
+            if arch.bias or name.startswith("ln"):  # the LayerNorms shift with bias off too
                 used[f"blocks.{i}.{name}.bias"] = index[:1]
     return used
 

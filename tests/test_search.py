@@ -201,11 +201,12 @@ def test_params_name_unknown_objective_sets() -> None:
 
 def test_iterative_search_beats_random_search_at_equal_budget(problem: AnalyticProblem,
                                                               reference) -> None:
-    """The surrogates steer the search: over 3 seeds, its final hypervolume exceeds random
-    search's (the analytic problem is smooth in the genes, so a surrogate can learn it)."""
+    """The surrogates steer the search: over 8 seeds, its final hypervolume exceeds random
+    search's (the analytic problem is smooth in the genes, so a surrogate can learn it; 3
+    seeds were within noise of each other)."""
     final = {algorithm: np.mean([run(problem, reference, algorithm, budget=40, seed=seed,
                                      options={"initial": 10, "per_round": 5}
                                      if algorithm == "iterative" else {})["hypervolume"][-1]
-                                 for seed in range(3)])
+                                 for seed in range(8)])
              for algorithm in ("rs", "iterative")}
     assert final["iterative"] > final["rs"]

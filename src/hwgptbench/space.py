@@ -353,10 +353,11 @@ class SearchSpace:
         e, b = arch.embed_dim, int(arch.bias)
         llama = self.family == "llama"
         heads = 2 if llama else 1  # untied LM head
-        total = e * (heads * vocab_size + 1 + b)  # token embedding, LM head, final norm
+        norm = 1 if llama else 2  # RMSNorm: scale; LayerNorm: scale and shift, bias flag or not
+        total = e * (heads * vocab_size + norm)  # token embedding, LM head, final norm
         for n_head, hidden in zip(arch.n_head, arch.mlp_hidden):
             q, kv = n_head * self.head_size, self.kv_heads(n_head) * self.head_size
             mlp_in = 2 if llama else 1  # gate and up, or fc
-            total += e * (2 * (1 + b) + 2 * q + 2 * kv + (mlp_in + 1) * hidden)  # norms, weights
+            total += e * (2 * norm + 2 * q + 2 * kv + (mlp_in + 1) * hidden)  # norms, weights
             total += b * (q + 2 * kv + e + mlp_in * hidden + e)  # biases of the projections
         return total

@@ -140,7 +140,7 @@ class ElasticEmbedding(nn.Module):
 
 
 class ElasticRMSNorm(nn.Module):
-    """RMSNorm over the leading channels (no bias)."""
+    """RMSNorm over the leading channels (a scale, no shift)."""
 
     def __init__(self, dim_max: int, eps: float = 1e-5) -> None:
         super().__init__()
@@ -148,10 +148,8 @@ class ElasticRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim_max))
         self.reset_sub()
 
-    def set_sub(self, dim: int, bias: bool = False) -> None:
+    def set_sub(self, dim: int) -> None:
         self.dim = _check_size("dim", dim, self.dim_max)
-        if _check_bias(bias):
-            raise ValueError("RMSNorm has no bias")
 
     def reset_sub(self) -> None:
         self.set_sub(self.dim_max)
@@ -171,7 +169,8 @@ class ElasticRMSNorm(nn.Module):
 
 
 class ElasticLayerNorm(nn.Module):
-    """LayerNorm over the leading channels."""
+    """LayerNorm over the leading channels, always with its shift (bias): the arch's bias flag
+    switches the Linear biases only, as in HW-GPT-Bench's trained networks."""
 
     def __init__(self, dim_max: int, eps: float = 1e-5) -> None:
         super().__init__()
@@ -180,20 +179,19 @@ class ElasticLayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(dim_max))
         self.reset_sub()
 
-    def set_sub(self, dim: int, bias: bool) -> None:
+    def set_sub(self, dim: int) -> None:
         self.dim = _check_size("dim", dim, self.dim_max)
-        self.use_bias = _check_bias(bias)
 
     def reset_sub(self) -> None:
-        self.set_sub(self.dim_max, True)
+        self.set_sub(self.dim_max)
 
     def sub_weight(self) -> Tensor:
         """View (dim,) of the selected scale."""
         return self.weight[: self.dim]
 
-    def sub_bias(self) -> Tensor | None:
-        """View (dim,) of the selected shift, or None with bias off."""
-        return self.bias[: self.dim] if self.use_bias else None
+    def sub_bias(self) -> Tensor:
+        """View (dim,) of the selected shift."""
+        return self.bias[: self.dim]
 
     def sub_state_dict(self) -> dict[str, Tensor]:
         return _weight_and_bias(self.sub_weight(), self.sub_bias())
@@ -202,7 +200,7 @@ class ElasticLayerNorm(nn.Module):
         return F.layer_norm(x, (self.dim,), self.sub_weight(), self.sub_bias(), self.eps)
 
     def extra_repr(self) -> str:
-        return f"dim={self.dim}/{self.dim_max}, bias={self.use_bias}"
+        return f"dim={self.dim}/{self.dim_max}"
 
 
 class ElasticCausalSelfAttention(nn.Module):
@@ -318,9 +316,9 @@ class ElasticBlock(nn.Module):
         self.mlp = mlp(embed_max, hidden_max, bias)
 
     def set_sub(self, embed_dim: int, n_head: int, hidden: int, bias: bool) -> None:
-        self.ln1.set_sub(embed_dim, bias)
+        self.ln1.set_sub(embed_dim)
         self.attn.set_sub(embed_dim, n_head, bias)
-        self.ln2.set_sub(embed_dim, bias)
+        self.ln2.set_sub(embed_dim)
         self.mlp.set_sub(embed_dim, hidden, bias)
 
     def reset_sub(self) -> None:

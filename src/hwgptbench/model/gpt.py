@@ -4,8 +4,9 @@ Two families share the code (``GPTConfig.family``, from the search space):
 
 - ``gpt_neox`` (the benchmark's spaces): token embedding without position embedding, rotary
   q/k on a fraction of each head, parallel residual ``x + attn(ln1(x)) + mlp(ln2(x))``, GELU
-  MLP, final LayerNorm and an LM head tied to the token embedding. ``arch.bias`` switches the
-  bias of every Linear and LayerNorm.
+  MLP, final LayerNorm and an LM head tied to the token embedding (no LM-head bias).
+  ``arch.bias`` switches the bias of every Linear; the LayerNorms always keep theirs, as in
+  HW-GPT-Bench's trained networks (docs/model.md, "Parity with HW-GPT-Bench").
 - ``llama``: RMSNorm, sequential residual ``h = x + attn(ln1(x)); h + mlp(ln2(h))``, SwiGLU MLP
   ``proj(silu(gate(x)) * up(x))``, an untied LM head and no biases.
 
@@ -233,11 +234,12 @@ class GatedMLP(nn.Module):
 
 
 def norm_layer(config: GPTConfig) -> nn.Module:
-    """The family's normalization: LayerNorm (gpt_neox) or RMSNorm (llama)."""
+    """The family's normalization: LayerNorm with scale and shift whatever the bias flag
+    (gpt_neox) or RMSNorm (llama)."""
     dim = config.arch.embed_dim
     if config.llama:
         return nn.RMSNorm(dim, eps=config.norm_eps)
-    return nn.LayerNorm(dim, eps=config.norm_eps, bias=config.arch.bias)
+    return nn.LayerNorm(dim, eps=config.norm_eps)
 
 
 class Block(nn.Module):

@@ -2,7 +2,8 @@
 
 ``set_arch(arch)`` selects a sub-network (the first E channels, first L layers, first h_i
 heads (of every key/value group, with grouped-query attention) and first int(r_i * E) hidden
-units of layer i, biases on or off); its forward pass runs on views of the supernet weights.
+units of layer i, Linear biases on or off); its forward pass runs on views of the supernet
+weights.
 The space's ``family`` picks the blocks (:mod:`hwgptbench.model.elastic`).
 ``extract(arch)`` copies a sub-network out as a fixed
 :class:`~hwgptbench.model.gpt.GPT`.
@@ -50,7 +51,7 @@ class SuperGPT(nn.Module):
                 block.set_sub(arch.embed_dim, arch.n_head[i], arch.mlp_hidden[i], arch.bias)
             else:
                 block.reset_sub()
-        self.ln_f.set_sub(arch.embed_dim, arch.bias)
+        self.ln_f.set_sub(arch.embed_dim)
         if not self.tied:
             self.lm_head.set_sub(arch.embed_dim, self.vocab_size, False)
 
@@ -122,11 +123,7 @@ class SuperGPT(nn.Module):
                     for name, part in zip("qkv", fused.split(block.attn.widths)):
                         state[f"{prefix}{name}.{kind}"] = part
         missing, unexpected = self.load_state_dict(state, strict=False)
-        norm_biases = {key for key in missing
-                       if key.endswith(("ln1.bias", "ln2.bias", "ln_f.bias"))}
-        if unexpected or set(missing) - norm_biases:
-            raise ValueError(f"dense state does not fit the supernet: missing "
-                             f"{sorted(set(missing) - norm_biases)}, unexpected {unexpected}")
-        for key in norm_biases:  # a bias-free dense model: its LayerNorms shift by zero
-            self.get_parameter(key).zero_()
+        if unexpected or missing:
+            raise ValueError(f"dense state does not fit the supernet: missing {sorted(missing)}, "
+                             f"unexpected {unexpected}")
         self.reset_arch()

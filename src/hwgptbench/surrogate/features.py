@@ -44,11 +44,12 @@ def analytic_counts(space: SearchSpace, encoded: np.ndarray, vocab_size: int, ba
     kv_width = kv_heads * space.head_size
     llama = space.family == "llama"
     mlp_in = 2 if llama else 1  # gate and up, or fc (as SearchSpace.n_params)
+    norm = 1 if llama else 2  # RMSNorm: scale; LayerNorm: scale and shift, bias flag or not
 
-    per_layer = (embed * (2 * (1 + bias) + 2 * width + 2 * kv_width + (mlp_in + 1) * hidden)
+    per_layer = (embed * (2 * norm + 2 * width + 2 * kv_width + (mlp_in + 1) * hidden)
                  + bias * (width + 2 * kv_width + 2 * embed + mlp_in * hidden))
     lm_heads = 2 if llama else 1  # an untied LM head
-    n_params = (embed[:, 0] * (lm_heads * vocab_size + 1 + bias[:, 0])
+    n_params = (embed[:, 0] * (lm_heads * vocab_size + norm)
                 + np.where(present, per_layer, 0).sum(1))
 
     tokens = batch_size * seq_len
