@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import shutil
+import weakref
 from pathlib import Path
 
 import polars as pl
@@ -16,7 +18,7 @@ from hwgptbench.api import Benchmark, QueryError
 from hwgptbench.measure import Condition, Settings, auto_label, fingerprint, measure_latency
 from hwgptbench.measure.breakdown import MODULE_CLASSES, OTHER, profile_breakdown
 from hwgptbench.measure.runner import build_model
-from hwgptbench.measure.workloads import Unsupported, build_workload
+from hwgptbench.measure.workloads import Unsupported, Workload, build_workload
 from hwgptbench.space import Arch, SearchSpace
 
 SPACE = SearchSpace.from_dict("small", {
@@ -191,3 +193,29 @@ def test_conditions_are_queried_by_their_fields(measured: tuple[pl.DataFrame, pl
     with pytest.raises(QueryError, match="unknown condition fields"):
         bench.query(archs, "latency_ms", device="cpu-test", condition={"kernel": "x"})
     shutil.rmtree(out)
+
+
+def test_the_memory_pass_holds_one_workload_at_a_time() -> None:
+    alive: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+    condition = Condition(1, 16, "fp32", workload="train_step")
+    archs = [SPACE.smallest(), SPACE.largest(), *SPACE.sample(2, seed=3)]
+
+    def build(arch: Arch) -> Workload:
+        workload = build_workload(SPACE, arch, VOCAB, condition, CPU, 0)
+        alive.add(workload.model)
+        return workload
+
+    def read(workload: Workload) -> dict[str, float]:
+        gc.collect()
+        return {"alive": len(alive),
+                "weights": sum(p.numel() for p in workload.model.parameters())}
+
+    def oom(arch: Arch) -> Workload:
+        if arch == archs[2]:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
+        return build(arch)
+
+    rows = runtime.memory_pass(archs, lambda arch: read(oom(arch)))
+    assert [row.get("alive") for row in rows] == [1, 1, None, 1]  # one workload at each read
+    assert rows[2]["status"] == "oom" and rows[2]["reason"].startswith("out of memory")
+    assert rows[1]["weights"] > rows[0]["weights"]

@@ -6,15 +6,19 @@ numbers)."""
 
 from __future__ import annotations
 
+import gc
+import multiprocessing as mp
+
 import pytest
 import torch
 import yaml
 
 from conftest import REPO_ROOT
-from hwgptbench.measure import Condition, measure_latency
+from hwgptbench import runtime
+from hwgptbench.measure import Condition, Settings, measure_latency
 from hwgptbench.measure.breakdown import OTHER, profile_breakdown
 from hwgptbench.measure.workloads import build_workload, cuda_peak_memory, unsupported_reason
-from hwgptbench.space import SearchSpace
+from hwgptbench.space import Arch, SearchSpace
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -69,3 +73,34 @@ def test_decode_and_breakdown_on_cuda() -> None:
 def test_int8_on_cuda_is_unsupported_with_a_reason() -> None:
     reason = unsupported_reason(Condition(1, 128, "fp32", quant="int8"), CUDA, S.block_size)
     assert reason is not None and "torchao" in reason
+
+
+def _alone(condition: Condition, arch_id: str, queue: mp.Queue[float]) -> None:
+    """Subprocess: the allocator peak of one steady-state call of one workload, alone, over
+    the memory allocated once the CUDA libraries are initialised (as the stage reads it: a
+    workload of the smallest arch runs first, so the libraries' one-time workspaces exist)."""
+    build_workload(S, S.smallest(), VOCAB, condition, CUDA, 0)
+    gc.collect()
+    torch.cuda.synchronize()
+    baseline = torch.cuda.memory_allocated()
+    built = build_workload(S, Arch.from_id(arch_id), VOCAB, condition, CUDA, 0)
+    queue.put(cuda_peak_memory(built, CUDA, baseline)["memory_peak_mb"])
+
+
+@pytest.mark.parametrize("workload", ["train_step", "prefill"])
+def test_runtime_memory_is_that_of_the_workload_alone(workload: str) -> None:
+    archs = [S.largest(), *S.sample(3, seed=0)]
+    condition = Condition(4, 512, "bf16", workload=workload)
+    settings = Settings(threads=1, warmup=1, min_repeats=3, max_repeats=6, max_seconds=0.5)
+    rows = runtime.measure_condition(S, archs, VOCAB, condition, CUDA, settings)
+    ctx = mp.get_context("spawn")
+    for arch, row in zip(archs, rows, strict=True):  # the first workload of the process too
+        queue: mp.Queue[float] = ctx.Queue()
+        process = ctx.Process(target=_alone, args=(condition, arch.id, queue))
+        process.start()
+        alone = queue.get(timeout=300)
+        process.join()
+        print(f"{workload} {arch.id[:40]}: among {len(archs)} {row['memory_peak_mb']:.1f} MB, "
+              f"alone {alone:.1f} MB")
+        assert row["status"] == "ok"
+        assert row["memory_peak_mb"] == pytest.approx(alone, rel=0.02, abs=8)

@@ -20,6 +20,7 @@ import polars as pl
 
 from . import __version__, archs, data, io, params
 from .compress import commands as compress_commands
+from .hwgpt_import import commands as hwgpt_import_commands
 from .space import SearchSpace
 
 if TYPE_CHECKING:
@@ -33,7 +34,9 @@ _USER_ERRORS = {"hwgptbench.params": "ParamsError", "hwgptbench.data": "CorpusUn
                 "hwgptbench.measure.device": "DeviceMismatchError",
                 "hwgptbench.measurements": "MeasurementError", "hwgptbench.api": "QueryError",
                 "hwgptbench.space": "InvalidArchError",
-                "hwgptbench.transfer.targets": "TransferError"}
+                "hwgptbench.transfer.targets": "TransferError",
+                "hwgptbench.hwgpt_import": "PublishedDataError",
+                "hwgptbench.measure.plan": "MemoryPlanError"}
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -153,6 +156,26 @@ def cmd_measure(args: argparse.Namespace) -> None:
     table = measurements.measure_shard(section, space, archs.read_archs(archs_path), vocab_size,
                                        label, (index, count), out)
     log.info("wrote %s: %d rows on %s", out, table.height, label)
+
+
+def cmd_measure_plan(args: argparse.Namespace) -> None:
+    """Print the groups and peak memory the measure jobs plan, per scale and device."""
+    from .measure import plan
+
+    config = params.load_overlaid(args.params, args.overlay)
+    cluster = config["cluster"]["devices"]
+    devices = plan.cluster_memory(config) if cluster else plan.this_machine(config)
+    if set(cluster) - set(devices):
+        log.warning("not planned, no cluster.devices memory_gb: %s",
+                    ", ".join(sorted(set(cluster) - set(devices))))
+    plans = plan.plan_params(config, devices)
+    if devices and not plans:
+        log.warning("nothing planned: data.tokenizer.file is not there, so the vocabulary "
+                    "size is not known")
+    table = plan.format_table(plans)
+    print(table)
+    if args.out:
+        io.atomic_write_text(args.out, table + "\n")
 
 
 def cmd_runtime(args: argparse.Namespace) -> None:
@@ -474,6 +497,12 @@ def build_parser() -> argparse.ArgumentParser:
                                         "(default: results/data/{data.name})")
     command.add_argument("--out", help="shard table (default: "
                                        "results/{scale}/.measure/{device}/shard-i-of-n.parquet)")
+    command = add("measure-plan", cmd_measure_plan, params=False)
+    command.add_argument("--params", default="params.yaml", help="default: %(default)s")
+    command.add_argument("--overlay", action="extend", nargs="+", default=[],
+                         help="params files merged over it as snakemake --configfile merges "
+                              "them, e.g. params/paper.yaml")
+    command.add_argument("--out", help="also write the table to this file")
     command = add("runtime", cmd_runtime)
     _scale_and_data(command)
     command.add_argument("--device", help="device label, or auto (default: measure.device)")
@@ -577,6 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--no-push", action="store_true", help="dvc add only, push later")
     command.add_argument("--remote", help="DVC remote name (default: the configured default)")
     compress_commands.register(add)
+    hwgpt_import_commands.register(add)
     return parser
 
 

@@ -2,8 +2,9 @@
 cross-device table, as parquet.
 
 ``measure_shard`` measures archs ``i, i+n, i+2n, ...`` of the archs table (shard i of n) on
-this machine and writes one atomic parquet file, so a killed run resumes from the shards that
-are done and many jobs or machines can share the work. ``merge_shards`` builds the device table
+this machine and writes one atomic parquet file, so many jobs or machines can share the work;
+within a shard, the archs are timed in groups that fit the memory budget, and each group's
+rows are stored as it completes, so a killed job resumes with the groups it has not measured. ``merge_shards`` builds the device table
 ``results/{scale}/measure/{device}.parquet``; ``merge_devices`` stacks device tables into
 ``results/{scale}/measurements.parquet``. Every row carries the device label, its hardware
 fingerprint and the software versions, so tables from many machines merge.
@@ -11,12 +12,16 @@ fingerprint and the software versions, so tables from many machines merge.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import platform
+import shutil
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
-from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -25,9 +30,32 @@ from tqdm import tqdm
 
 from . import __version__
 from .archs import write_table
-from .measure import (DTYPES, Condition, Settings, conditions_from_params, cpu_memory,
-                      default_device, fingerprint, measure_arch, open_energy_meter,
-                      resolve_label)
+from .io import atomic_write_json, canonical_json
+from .measure import (
+    DTYPES,
+    Condition,
+    EnergyMeter,
+    Settings,
+    conditions_from_params,
+    cpu_memory,
+    default_device,
+    fingerprint,
+    measure_arch,
+    open_energy_meter,
+    resolve_label,
+)
+from .measure.budget import (
+    GB,
+    Group,
+    GroupPlan,
+    activation_bytes,
+    budget_bytes,
+    plan_groups,
+    weight_bytes,
+)
+from .measure.groups import group_factors, rescale
+from .measure.latency import LATENCY_FIELDS
+from .measure.memory import OUT_OF_MEMORY
 from .measure.runner import measure_latency_of_archs
 from .space import Arch, SearchSpace
 
@@ -48,7 +76,8 @@ NULLABLE = {
     "memory_activations_mb": pl.Float64, "memory_reason": pl.String,
     "latency_drift_cv": pl.Float64, "cpu_cores_physical": pl.Int64, "memory_gb": pl.Float64,
     "gpu_memory_gb": pl.Float64,
-    "gpu_driver": pl.String, "cuda_version": pl.String,
+    "gpu_driver": pl.String, "cuda_version": pl.String, "latency_group_factor": pl.Float64,
+    "latency_group": pl.Int64, "latency_anchor_only": pl.Boolean,
 }
 
 
@@ -90,49 +119,219 @@ def device_label(section: dict[str, Any], threads: int) -> str:
                          section["aliases"])
 
 
+class ShardParts:
+    """The resumable progress of one shard job: its group plans and a part file per measured
+    group, in ``{out}.parts/``. The folder belongs to one set of inputs (settings, archs,
+    device): a folder left by other inputs is discarded, so a restarted job measures only the
+    groups not yet written, with the settings they were planned with."""
+
+    def __init__(self, root: str | os.PathLike[str], key: str) -> None:
+        self.root = Path(root)
+        stamp = self.root / "inputs.json"
+        if self.root.exists() and (not stamp.is_file()
+                                   or json.loads(stamp.read_text()).get("key") != key):
+            log.warning("%s: left by other settings or archs; measuring the shard anew",
+                        self.root)
+            shutil.rmtree(self.root)
+        if not stamp.is_file():
+            atomic_write_json(stamp, {"key": key})
+
+    def plan(self, condition: Condition, make: Callable[[], GroupPlan]) -> GroupPlan:
+        """The condition's group plan: the one saved by an earlier run, else make() saved."""
+        path = self.root / f"{condition.id}.plan.json"
+        if path.is_file():
+            doc = json.loads(path.read_text())
+            return GroupPlan(tuple(Group(tuple(g["members"]), tuple(g["anchors"]), g["bytes"],
+                                         g["over_budget"]) for g in doc["groups"]),
+                             doc["budget"], tuple(doc["anchors"]))
+        plan = make()
+        atomic_write_json(path, {"budget": plan.budget, "anchors": list(plan.anchors),
+                                 "groups": [asdict(g) for g in plan.groups]})
+        return plan
+
+    def part(self, condition: Condition, group: int) -> Path:
+        """The part file of one group."""
+        return self.root / f"{condition.id}.group-{group:05d}.parquet"
+
+    def write(self, condition: Condition, group: int, rows: list[dict[str, Any]]) -> None:
+        """Store one group's rows (atomically)."""
+        write_table(_frame(rows), self.part(condition, group))
+
+    def rows(self, condition: Condition, group: int) -> list[dict[str, Any]] | None:
+        """One group's stored rows, or None when it was not measured yet."""
+        path = self.part(condition, group)
+        return pl.read_parquet(path).to_dicts() if path.is_file() else None
+
+    def remove(self) -> None:
+        """Delete the folder (once the shard's table is written)."""
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def inputs_key(section: dict[str, Any], space: SearchSpace, archs: Sequence[Arch],
+               vocab_size: int, label: str) -> str:
+    """Hash of everything a shard's rows depend on: what a part file must have been measured
+    with to be reused."""
+    doc = {"measure": {k: v for k, v in section.items() if k not in ("device", "aliases")},
+           "space": space.name, "spec": repr(space), "archs": [a.id for a in archs],
+           "vocab_size": vocab_size, "label": label, "version": __version__}
+    return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
+
+
+def _frame(rows: Sequence[dict[str, Any]]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema_overrides=NULLABLE, infer_schema_length=None)
+
+
+@dataclass
+class _Campaign:
+    """What every group of a measurement run shares."""
+
+    section: dict[str, Any]
+    space: SearchSpace
+    archs: Sequence[Arch]
+    vocab_size: int
+    device: torch.device
+    meter: EnergyMeter
+    settings: Settings
+
+    @property
+    def memory_in_pool(self) -> bool:
+        # On the CPU, memory is read in subprocesses that do not time anything: run them in
+        # parallel after the per-arch pass (which may read energy counters, so it runs alone).
+        return self.settings.memory and self.device.type == "cpu"
+
+    def plan(self, condition: Condition) -> GroupPlan:
+        """Groups of the archs whose models fit the memory budget under condition."""
+        weights = [weight_bytes(self.space, a, self.vocab_size, condition.dtype)
+                   for a in self.archs]
+        if not self.section["interleave"]:  # one model at a time: all archs in one group
+            weights = [0] * len(weights)
+        activations = [activation_bytes(self.space, a, self.vocab_size, condition)
+                       for a in self.archs]
+        budget = budget_bytes(self.section["memory_budget_gb"], self.device)
+        plan = plan_groups(weights, activations, budget, self.section["group_anchors"])
+        if len(plan.groups) > 1 and not plan.anchors:
+            log.warning("%s: no anchor fits beside the largest arch in %.2f GiB: the %d groups' "
+                        "speeds are not compared", condition.id, budget / GB, len(plan.groups))
+        for group in plan.groups:
+            if group.over_budget:
+                log.warning("%s: a group of %d archs needs %.2f GiB, over the budget of %.2f "
+                            "GiB; it is tried anyway", condition.id, len(group.members),
+                            group.bytes / GB, budget / GB)
+        log.info("%s: %d archs in %d group(s) of up to %d, planned peak %.2f GiB of %.2f GiB",
+                 condition.id, len(self.archs), len(plan.groups), plan.largest_group,
+                 plan.peak_bytes / GB, budget / GB)
+        return plan
+
+    def measure_group(self, condition: Condition, group: Group, index: int
+                      ) -> list[dict[str, Any]]:
+        """Rows of the group's members, plus timing-only rows of the anchors (flagged
+        ``latency_anchor_only``) when they are not members here."""
+        per_arch = replace(self.settings, latency=not self.section["interleave"],
+                           memory=self.settings.memory and not self.memory_in_pool)
+        members = [self.archs[i] for i in group.members]
+        rows = [measure_arch(self.space, arch, self.vocab_size, condition, self.device,
+                             self.meter, per_arch) for arch in members]
+        if self.memory_in_pool:
+            ok = [i for i, row in enumerate(rows) if row["status"] == "ok"]
+            for i, memory in zip(ok, _cpu_memory_pool(self.space, [members[i] for i in ok],
+                                                      self.vocab_size, condition,
+                                                      self.settings), strict=True):
+                rows[i].update(memory)
+                if (memory["memory_reason"] or "").startswith(OUT_OF_MEMORY):
+                    rows[i] |= {"status": "oom", "reason": memory["memory_reason"]}
+        for row in rows:
+            row |= {"latency_group": index, "latency_anchor_only": False}
+        if not self.section["interleave"]:
+            return rows
+        timed = [i for i, row in enumerate(rows) if row["status"] == "ok"]
+        extra = [a for a in group.anchors if a not in group.members]
+        arch_list = [members[i] for i in timed] + [self.archs[a] for a in extra]
+        log.info("%s: timing %d archs interleaved (group %d)", condition.id, len(arch_list),
+                 index)
+        stats = measure_latency_of_archs(self.space, arch_list, self.vocab_size, condition,
+                                         self.device, self.settings)
+        for i, result in zip(timed, stats[:len(timed)], strict=True):
+            if result.get("status") == "oom":
+                rows[i] = _unmeasured_oom(rows[i], result["reason"])
+            else:
+                rows[i].update(result)
+        for a, result in zip(extra, stats[len(timed):], strict=True):
+            if result.get("status") != "oom":
+                rows.append({"arch_id": self.archs[a].id, **asdict(condition), **result,
+                             "status": "ok", "latency_group": index,
+                             "latency_anchor_only": True})
+        return rows
+
+
+def _unmeasured_oom(row: dict[str, Any], reason: str) -> dict[str, Any]:
+    """A row whose arch ran out of memory while timed: its other metrics are dropped too, as
+    for an arch that ran out of memory anywhere else."""
+    nulls = {k: None for k in (*LATENCY_FIELDS, "latency_drift_cv", "energy_mj",
+                               "energy_window_s", "energy_calls", "memory_weights_mb",
+                               "memory_peak_mb", "memory_activations_mb")}
+    return row | nulls | {"status": "oom", "reason": reason, "memory_reason": reason,
+                          "energy_reason": reason}
+
+
+def assemble(plan: GroupPlan, groups: Sequence[list[dict[str, Any]]], archs: Sequence[Arch]
+             ) -> list[dict[str, Any]]:
+    """The rows of one condition from its groups' rows: latencies divided by their group's
+    speed factor (read off the anchors, :mod:`hwgptbench.measure.groups`), anchors' timing-only
+    rows dropped."""
+    anchor_ids = {archs[a].id for a in plan.anchors}
+    medians: dict[int, dict[str, float]] = {g: {} for g in range(len(groups))}
+    for g, rows in enumerate(groups):
+        for row in rows:
+            if row["arch_id"] in anchor_ids and row["status"] == "ok" and row["latency_ms"]:
+                medians[g][row["arch_id"]] = row["latency_ms"]
+    factors = group_factors(medians) if len(groups) > 1 else {0: 1.0}
+    out = []
+    for g, rows in enumerate(groups):
+        for row in rows:
+            if row.pop("latency_anchor_only"):
+                continue
+            out.append(rescale(row, factors[g]) if row["status"] == "ok"
+                       else row | {"latency_group_factor": None})
+    return out
+
+
 def measure_rows(section: dict[str, Any], space: SearchSpace, archs: Sequence[Arch],
-                 vocab_size: int, label: str, desc: str = "measure") -> list[dict[str, Any]]:
+                 vocab_size: int, label: str, desc: str = "measure",
+                 parts: ShardParts | None = None) -> list[dict[str, Any]]:
     """Rows of every (arch, condition) on this machine, labelled ``label``.
 
-    With ``measure.interleave`` the latency of all archs of a condition is timed round-robin
+    With ``measure.interleave`` the latency of the archs of a condition is timed round-robin
     (one forward of each per cycle), so a machine whose speed drifts over time (shared or
     virtual CPUs) biases no arch against another; energy and memory are then measured arch by
-    arch.
+    arch. The archs timed together are a group whose models fit ``measure.memory_budget_gb``
+    (:mod:`hwgptbench.measure.budget`); with ``parts``, each group's rows are stored as it
+    completes and groups stored by an earlier run are not measured again.
     """
     device = default_device()
     settings = settings_from_params(section)
     identity = fingerprint(settings.threads, device)
     resolved = resolve_label(label, identity, section["aliases"])
-    interleave = section["interleave"]
-    # On the CPU, memory is read in subprocesses that do not time anything: run them in
-    # parallel after the per-arch pass (which may read energy counters, so it runs alone).
-    memory_in_pool = settings.memory and device.type == "cpu"
-    per_arch = replace(settings, latency=not interleave, memory=settings.memory and not
-                       memory_in_pool)
     versions = {"hwgptbench_version": __version__, "python_version": platform.python_version()}
     rows = []
     with open_energy_meter(device) as meter:
         if not meter.available:
             log.info("energy not measured: %s", meter.reason)
+        campaign = _Campaign(section, space, archs, vocab_size, device, meter, settings)
         for condition in conditions(section, space, device):
-            batch = [measure_arch(space, arch, vocab_size, condition, device, meter, per_arch)
-                     for arch in tqdm(archs, desc=f"{desc} {condition.batch_size}x"
-                                      f"{condition.seq_len} {condition.dtype} "
-                                      f"{condition.launch}", unit="arch", mininterval=2.0)]
-            ok = [i for i, row in enumerate(batch) if row["status"] == "ok"]
-            if memory_in_pool and ok:
-                for i, memory in zip(ok, _cpu_memory_pool(space, [archs[i] for i in ok],
-                                                          vocab_size, condition, settings)):
-                    batch[i].update(memory)
-            if interleave and ok:
-                log.info("timing %d archs interleaved", len(ok))
-                timed = measure_latency_of_archs(space, [archs[i] for i in ok], vocab_size,
-                                                 condition, device, settings)
-                for i, stats in zip(ok, timed):
-                    batch[i].update(stats)
+            plan = (parts.plan(condition, lambda c=condition: campaign.plan(c)) if parts
+                    else campaign.plan(condition))
+            groups = []
+            for g, group in enumerate(tqdm(plan.groups, desc=f"{desc} {condition.id}",
+                                           unit="group", disable=len(plan.groups) == 1)):
+                stored = parts.rows(condition, g) if parts else None
+                if stored is None:
+                    stored = campaign.measure_group(condition, group, g)
+                    if parts:
+                        parts.write(condition, g, stored)
+                groups.append(stored)
             rows += [{"device": resolved, "scale": space.name, **row,
-                      "latency_interleaved": interleave, **identity, **versions}
-                     for row in batch]
+                      "latency_interleaved": section["interleave"], **identity, **versions}
+                     for row in assemble(plan, groups, archs)]
     return rows
 
 
@@ -152,11 +351,16 @@ def _cpu_memory_pool(space: SearchSpace, archs: Sequence[Arch], vocab_size: int,
 def measure_shard(section: dict[str, Any], space: SearchSpace, archs: Sequence[Arch],
                   vocab_size: int, label: str, shard: tuple[int, int],
                   out: str | os.PathLike[str]) -> pl.DataFrame:
-    """Measure shard i of n of ``archs`` on this machine; write the rows to ``out``."""
-    rows = measure_rows(section, space, list(archs)[shard[0]::shard[1]], vocab_size, label,
-                        desc=f"measure shard {shard[0]}/{shard[1]}")
-    table = pl.DataFrame(rows, schema_overrides=NULLABLE, infer_schema_length=None)
+    """Measure shard i of n of ``archs`` on this machine; write the rows to ``out``. Each
+    group's rows are kept in ``{out}.parts/`` as it completes, so a killed job resumes with the
+    groups it has not measured; the folder is removed once ``out`` is written."""
+    chosen = list(archs)[shard[0]::shard[1]]
+    parts = ShardParts(f"{out}.parts", inputs_key(section, space, chosen, vocab_size, label))
+    rows = measure_rows(section, space, chosen, vocab_size, label,
+                        desc=f"measure shard {shard[0]}/{shard[1]}", parts=parts)
+    table = _frame(rows)
     write_table(table, out)
+    parts.remove()
     return table
 
 

@@ -188,16 +188,20 @@ def _cross_field_problems(doc: dict[str, Any]) -> list[str]:
         compress_problems(compress) if compress else [])
 
 
-def load(path: str | os.PathLike[str], sections: list[str] | None = None) -> dict[str, Any]:
-    """Read a params file (YAML or JSON) and validate it."""
+def _read(path: str | os.PathLike[str]) -> Any:
+    """The document of a params file (YAML or JSON), not validated."""
     path = Path(path)
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ParamsError(f"params file not found: {path}") from None
     except yaml.YAMLError as exc:
         raise ParamsError(f"{path} is not valid YAML: {exc}") from None
-    return validate(doc, sections=sections, source=str(path))
+
+
+def load(path: str | os.PathLike[str], sections: list[str] | None = None) -> dict[str, Any]:
+    """Read a params file (YAML or JSON) and validate it."""
+    return validate(_read(path), sections=sections, source=str(path))
 
 
 # Sections whose entries are read separately (one search space per scale; the compression
@@ -240,3 +244,28 @@ def merge_files(paths: list[str | os.PathLike[str]], sections: list[str]) -> dic
             else:
                 merged[section] = values
     return validate(merged, sections=sections, source=", ".join(map(str, paths)))
+
+
+def overlay(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """base with over merged in as Snakemake merges a ``--configfile``: mappings key by key,
+    lists and values replaced; neither argument is changed."""
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = overlay(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_overlaid(path: str | os.PathLike[str],
+                  overlays: Sequence[str | os.PathLike[str]] = ()) -> dict[str, Any]:
+    """params.yaml with overlays (e.g. params/paper.yaml) merged over it in order, validated:
+    the configuration ``snakemake --configfile OVERLAY`` runs with."""
+    merged: dict[str, Any] = {}
+    for source in (path, *overlays):
+        doc = _read(source)
+        if not isinstance(doc, dict):
+            raise ParamsError(f"{source}: not a mapping of params sections")
+        merged = overlay(merged, doc)
+    return validate(merged, source=" + ".join(map(str, [path, *overlays])))

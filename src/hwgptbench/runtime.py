@@ -6,7 +6,8 @@ options, then each runtime option (SDPA backend, int8 weights, torch.compile, ac
 recomputation) is varied alone on the first dtype's conditions (see
 :mod:`hwgptbench.measure.condition`). The archs of one condition are timed interleaved, as the
 measure stage does. Rows have the measure stage's columns plus ``tokens_per_s``; decode's
-latency is per generated token. Memory is the allocator's peak of one call on CUDA; on the CPU
+latency is per generated token. Memory is the allocator's peak of one call on CUDA, read with
+that workload alone on the device (a memory pass before the timing); on the CPU
 it is not measured here (a fresh process per row, as the measure stage pays, would dominate
 the stage), and the row says so.
 
@@ -16,10 +17,11 @@ of the first dtype for ``runtime.breakdown.n_archs`` of those archs.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import platform
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,10 +34,21 @@ from .archs import write_table
 from .measure import Settings, default_device, fingerprint, forward_flops, resolve_label
 from .measure.breakdown import profile_breakdown
 from .measure.condition import Condition
-from .measure.latency import LATENCY_FIELDS, measure_latency, measure_latency_interleaved
+from .measure.latency import (
+    LATENCY_FIELDS,
+    CallFailed,
+    is_out_of_memory,
+    measure_latency,
+    measure_latency_interleaved,
+)
 from .measure.memory import unmeasured
-from .measure.workloads import Unsupported, Workload, build_workload, cuda_peak_memory
-from .measure.workloads import unsupported_reason
+from .measure.workloads import (
+    Unsupported,
+    Workload,
+    build_workload,
+    cuda_peak_memory,
+    unsupported_reason,
+)
 from .measurements import NULLABLE
 from .space import Arch, SearchSpace
 
@@ -106,10 +119,57 @@ def _per_token(stats: dict[str, Any], workload: Workload) -> dict[str, Any]:
     return scaled | {"tokens_per_s": workload.tokens / call_s if call_s > 0 else None}
 
 
+def _failure(error: BaseException) -> dict[str, Any] | None:
+    """Status, reason and null metrics of a workload that cannot run (unsupported, or out of
+    memory); None for any other error."""
+    if isinstance(error, Unsupported):
+        return {"status": "unsupported", "reason": str(error), **_null_metrics(str(error))}
+    if is_out_of_memory(error):
+        message = f"out of memory: {error}".splitlines()[0]
+        return {"status": "oom", "reason": message, **_null_metrics(message)}
+    return None
+
+
+def memory_pass(archs: Sequence[Arch], measure_alone: Callable[[Arch], dict[str, Any]]
+                ) -> list[dict[str, Any]]:
+    """Memory fields (or a failure's status and reason) of each arch's workload, built, read
+    and dropped one at a time by ``measure_alone``, so that each peak is that of the workload
+    alone on the device: what a user who runs only that workload sees."""
+    out = []
+    for arch in archs:
+        try:
+            out.append(measure_alone(arch))
+        except (RuntimeError, MemoryError) as err:
+            failure = _failure(err)
+            if failure is None:
+                raise
+            out.append(failure)
+        gc.collect()  # a workload's optimizer and cache hold reference cycles
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return out
+
+
+def cuda_memory_alone(build: Callable[[Arch], Workload], device: torch.device
+                      ) -> Callable[[Arch], dict[str, Any]]:
+    """Build an arch's workload and read its peak over what was allocated before (the CUDA
+    context's library workspaces and anything left by earlier work excluded)."""
+    def measure(arch: Arch) -> dict[str, Any]:
+        torch.cuda.synchronize(device)
+        baseline = torch.cuda.memory_allocated(device)
+        return cuda_peak_memory(build(arch), device, baseline)
+
+    return measure
+
+
 def measure_condition(space: SearchSpace, archs: Sequence[Arch], vocab_size: int,
                       condition: Condition, device: torch.device, settings: Settings
                       ) -> list[dict[str, Any]]:
-    """One row per arch of one condition: status, latency (interleaved), throughput, memory."""
+    """One row per arch of one condition: status, latency (interleaved), throughput, memory.
+
+    On CUDA a memory pass first builds and reads each workload alone
+    (:func:`memory_pass`); the interleaved timing then holds them all. An arch that cannot run
+    or runs out of memory gets its status and reason; the others are timed without it."""
     rows = [{"arch_id": a.id, **condition.as_dict(), "condition": condition.id,
              "params": space.n_params(a, vocab_size),
              "flops": _flops(a, space, vocab_size, condition), "threads": settings.threads}
@@ -118,22 +178,39 @@ def measure_condition(space: SearchSpace, archs: Sequence[Arch], vocab_size: int
     if reason is not None:
         return [row | {"status": "unsupported", "reason": reason, **_null_metrics(reason)}
                 for row in rows]
+
+    def build(arch: Arch) -> Workload:
+        return build_workload(space, arch, vocab_size, condition, device, settings.seed)
+
+    if device.type == "cuda":
+        memory = memory_pass(archs, cuda_memory_alone(build, device))
+    else:
+        memory = [unmeasured(CPU_MEMORY_REASON)] * len(archs)
     built: dict[int, Workload] = {}
     for i, arch in enumerate(archs):
+        if "status" in memory[i]:
+            rows[i] |= memory[i]
+            continue
         try:
-            built[i] = build_workload(space, arch, vocab_size, condition, device, settings.seed)
-        except Unsupported as err:
-            rows[i] |= {"status": "unsupported", "reason": str(err), **_null_metrics(str(err))}
-        except torch.OutOfMemoryError as err:
-            message = f"out of memory: {err}".splitlines()[0]
-            rows[i] |= {"status": "oom", "reason": message, **_null_metrics(message)}
-    if built:
-        stats = measure_latency_interleaved([w.call for w in built.values()], device,
-                                            **settings.timing(), seed=settings.seed)
-        for (i, workload), timed in zip(built.items(), stats):
-            memory = (cuda_peak_memory(workload, device) if device.type == "cuda"
-                      else unmeasured(CPU_MEMORY_REASON))
-            rows[i] |= {"status": "ok", "reason": None, **_per_token(timed, workload), **memory}
+            built[i] = build(arch)
+        except (RuntimeError, MemoryError) as err:
+            failure = _failure(err)
+            if failure is None:
+                raise
+            rows[i] |= failure
+    while built:
+        order = list(built)
+        try:
+            stats = measure_latency_interleaved([built[i].call for i in order], device,
+                                                **settings.timing(), seed=settings.seed)
+        except CallFailed as failed:
+            rows[order[failed.index]] |= _failure(failed.error) or {}
+            del built[order[failed.index]]
+            continue
+        for i, timed in zip(order, stats, strict=True):
+            rows[i] |= {"status": "ok", "reason": None, **_per_token(timed, built[i]),
+                        **memory[i]}
+        break
     if device.type == "cuda":
         built.clear()
         torch.cuda.empty_cache()

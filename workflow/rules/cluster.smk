@@ -64,3 +64,25 @@ def gpu_resources(device: str, gpus: int) -> dict[str, int]:
     """`gpu` for a job whose params device (auto | cpu | cuda) is `device`: `gpus` GPUs unless it
     is cpu (auto asks for them: on a node without a GPU it would silently train on the CPU)."""
     return {} if device == "cpu" else {"gpu": gpus}
+
+
+def check_device_memory() -> None:
+    """Refuse, before any job, a device that cannot hold a scale's largest arch at the largest
+    condition (cluster.devices memory_gb; docs/measure.md). Only the devices this run measures
+    are checked, so a plan without a memory_gb loads no torch."""
+    stated = [d for d, entry in config["cluster"]["devices"].items()
+              if "memory_gb" in entry and d in MEASURED_DEVICES]
+    if not stated:
+        return
+    from hwgptbench.measure import plan
+
+    memory = plan.cluster_memory(config)
+    devices = {scale: {d: memory[d] for d in stated if d not in published_tables(scale)}
+               for scale in SCALES}
+    try:
+        plan.check_params(config, devices)
+    except plan.MemoryPlanError as error:
+        raise WorkflowError(f"measure plan refused: {error}") from None
+
+
+check_device_memory()

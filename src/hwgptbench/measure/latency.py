@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import nullcontext
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn as nn
-
 
 LATENCY_FIELDS = ("latency_ms", "latency_mean_ms", "latency_std_ms", "latency_iqr_ms",
                   "latency_n", "latency_ci95_ms", "latency_ci95_rel")
@@ -119,6 +118,35 @@ def measure_latency(fn: Callable[[], Any], device: torch.device, *, warmup: int,
                 return stats
 
 
+class CallFailed(RuntimeError):
+    """Callable ``index`` of an interleaved timing raised ``error`` (for example out of
+    memory); the caller drops it and times the others again."""
+
+    def __init__(self, index: int, error: BaseException) -> None:
+        super().__init__(f"callable {index} failed: {type(error).__name__}: {error}")
+        self.index = index
+        self.error = error
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether error is an allocation failure: CUDA's OutOfMemoryError, Python's MemoryError or
+    the CPU allocator's RuntimeError."""
+    if isinstance(error, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(error, RuntimeError) and "can't allocate memory" in str(error)
+
+
+def _call(fns: Sequence[Callable[[], Any]], i: int, run: Callable[[Callable[[], Any]], Any]
+          ) -> Any:
+    """run(fns[i]), an allocation failure raised as :class:`CallFailed` naming i."""
+    try:
+        return run(fns[i])
+    except (RuntimeError, MemoryError) as err:
+        if is_out_of_memory(err):
+            raise CallFailed(i, err) from err
+        raise
+
+
 VISIT_CALLS = 3
 MIN_BLOCKED = 5  # fewer callables than this: the cycle's speed cannot be told from theirs
 
@@ -146,9 +174,11 @@ def interleaved_stats(cycles: np.ndarray) -> list[dict[str, Any]]:
 def measure_latency_interleaved(fns: Sequence[Callable[[], Any]], device: torch.device, *,
                                 warmup: int, min_repeats: int, max_repeats: int,
                                 target_rel_ci: float = 0.02, max_seconds: float,
-                                seed: int = 0) -> list[dict[str, Any]]:
+                                seed: int = 0, shuffle: bool = True) -> list[dict[str, Any]]:
     """Latency statistics of several callables timed round-robin, visiting each once per cycle
-    in a seeded random order, so that every one sees the same states of the machine. A visit is
+    in a seeded random order (in their given order without ``shuffle``: CUDA graphs that share
+    a memory pool replay in the order they were captured), so that every one sees the same
+    states of the machine. A visit is
     one untimed call (the previous visit's model evicted this one's weights from the caches)
     and ``VISIT_CALLS`` timed ones, so the samples are warm-cache latencies as in one-by-one
     timing.
@@ -161,7 +191,8 @@ def measure_latency_interleaved(fns: Sequence[Callable[[], Any]], device: torch.
     callables at the campaign's typical speed, free of the drift. Cycles go on until every
     callable has at least ``min_repeats`` samples and its median CI is within
     ``target_rel_ci``, or ``max_repeats`` samples, or ``max_seconds`` per callable in total;
-    all callables get the same count.
+    all callables get the same count. A callable that runs out of memory raises
+    :class:`CallFailed` with its index.
     """
     if not 2 <= min_repeats <= max_repeats:
         raise ValueError(f"need 2 <= min_repeats <= max_repeats, got {min_repeats}, "
@@ -171,16 +202,16 @@ def measure_latency_interleaved(fns: Sequence[Callable[[], Any]], device: torch.
     rng = np.random.default_rng(seed)
     cycles: list[list[list[float]]] = []
     with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
-        for fn in fns:
+        for i in range(len(fns)):
             for _ in range(warmup):
-                fn()
+                _call(fns, i, lambda fn: fn())
         synchronize(device)
         start = time.perf_counter()
         while True:
             cycle: list[list[float]] = [[] for _ in fns]
-            for i in rng.permutation(len(fns)):
-                fns[i]()  # re-warm caches the previous visit's model evicted
-                cycle[i] = times(fns[i], VISIT_CALLS)
+            for i in rng.permutation(len(fns)) if shuffle else range(len(fns)):
+                _call(fns, i, lambda fn: fn())  # re-warm caches the previous visit evicted
+                cycle[i] = _call(fns, i, lambda fn: times(fn, VISIT_CALLS))
             cycles.append(cycle)
             n = len(cycles) * VISIT_CALLS
             if n < min_repeats:
@@ -192,10 +223,29 @@ def measure_latency_interleaved(fns: Sequence[Callable[[], Any]], device: torch.
                 return stats
 
 
-def cuda_graph_callable(model: nn.Module, x: torch.Tensor, warmup: int = 3
-                        ) -> Callable[[], torch.Tensor]:
-    """A callable replaying one captured CUDA-graph forward of model on x (static input and
-    output: it returns the same output tensor every call)."""
+class GraphReplay:
+    """A captured CUDA-graph forward, replayed by calling it. It holds the model: the graph
+    reads the model's weights at the addresses they had when it was captured."""
+
+    def __init__(self, model: nn.Module, graph: torch.cuda.CUDAGraph,
+                 out: torch.Tensor | None) -> None:
+        self.model, self.graph, self.out = model, graph, out
+
+    def __call__(self) -> torch.Tensor | None:
+        self.graph.replay()
+        return self.out
+
+
+def cuda_graph_callable(model: nn.Module, x: torch.Tensor, warmup: int = 3,
+                        pool: Any = None) -> GraphReplay:
+    """A callable replaying one captured CUDA-graph forward of model on x.
+
+    Alone it returns the graph's static output (the same tensor every call). Captured into a
+    memory ``pool`` shared with other graphs (``torch.cuda.graph_pool_handle()``), it keeps no
+    output and returns None: its activations and output go back to the pool, so graphs replayed
+    one at a time, in the order they were captured (PyTorch's condition for sharing a pool;
+    nothing reads their outputs), share one pool of the largest graph's size instead of each
+    holding its own."""
     stream = torch.cuda.Stream(device=x.device)
     stream.wait_stream(torch.cuda.current_stream(x.device))
     with torch.cuda.stream(stream):
@@ -203,11 +253,6 @@ def cuda_graph_callable(model: nn.Module, x: torch.Tensor, warmup: int = 3
             model(x)
     torch.cuda.current_stream(x.device).wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, pool=pool):
         out = model(x)
-
-    def replay() -> torch.Tensor:
-        graph.replay()
-        return out
-
-    return replay
+    return GraphReplay(model, graph, None if pool is not None else out)

@@ -30,6 +30,7 @@ import gc
 import logging
 import multiprocessing as mp
 import resource
+import signal
 import sys
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -40,11 +41,12 @@ import torch.nn as nn
 
 from ..model import GPT, GPTConfig
 from ..space import Arch, SearchSpace
-from .latency import synchronize
+from .latency import is_out_of_memory, synchronize
 
 log = logging.getLogger(__name__)
 
 MB = 2**20
+OUT_OF_MEMORY = "out of memory"  # how a memory_reason of an arch that ran out of memory starts
 
 
 def tensor_bytes(model: nn.Module) -> int:
@@ -79,7 +81,7 @@ def cuda_memory(model: nn.Module, x: torch.Tensor) -> dict[str, Any]:
     return memory_row(weights, weights + activations, activations)
 
 
-def _peak_rss_bytes() -> int:
+def peak_rss_bytes() -> int:
     """Peak RSS of this process's memory in bytes: VmHWM where /proc has it, else ru_maxrss."""
     status = Path("/proc/self/status")
     if status.is_file():
@@ -122,12 +124,12 @@ def _measure_rss(space: SearchSpace, arch: Arch, vocab_size: int, dtype: torch.d
     x = torch.randint(vocab_size, (batch_size, seq_len), generator=generator)
     if not _reset_peak_rss():
         log.warning("cannot reset the RSS high-water mark; the memory baseline is the peak so far")
-    baseline = _peak_rss_bytes()
+    baseline = peak_rss_bytes()
     torch.manual_seed(seed)
     model = _build(GPTConfig.from_space(space, arch, vocab_size), dtype)
-    built = _peak_rss_bytes()
+    built = peak_rss_bytes()
     model(x)
-    peak = _peak_rss_bytes()
+    peak = peak_rss_bytes()
     return memory_row(tensor_bytes(model), peak - baseline, peak - built)
 
 
@@ -137,7 +139,8 @@ def _child(conn: Connection, threads: int, args: tuple[Any, ...]) -> None:
     try:
         conn.send(_measure_rss(*args))
     except Exception as err:  # reported to the parent as the row's memory_reason
-        conn.send(unmeasured(f"memory measurement failed: {type(err).__name__}: {err}"))
+        what = OUT_OF_MEMORY if is_out_of_memory(err) else "memory measurement failed"
+        conn.send(unmeasured(f"{what}: {type(err).__name__}: {err}".splitlines()[0]))
     finally:
         conn.close()
 
@@ -158,6 +161,9 @@ def cpu_memory(space: SearchSpace, arch: Arch, vocab_size: int, dtype: torch.dty
     finally:
         receiver.close()
         process.join()
-    if process.exitcode:
+    if process.exitcode == -signal.SIGKILL:
+        result = unmeasured(f"{OUT_OF_MEMORY}: the memory subprocess was killed (SIGKILL: the "
+                            "kernel's out-of-memory killer)")
+    elif process.exitcode:
         result = unmeasured(f"memory subprocess exited with code {process.exitcode}")
     return result

@@ -7,7 +7,8 @@ does not depend on the weight values, so measurement needs no trained supernet a
 any machine that has the archs table), cast to the dtype and fed seeded random token ids
 under ``torch.inference_mode``. What cannot be measured
 is recorded, not raised: a dtype the device does not run gives ``status`` 'unsupported_dtype',
-running out of memory 'oom', each with the metrics None and the reason.
+running out of memory 'oom' (CUDA's error or the CPU allocator's), each with the metrics
+None and the reason.
 """
 
 from __future__ import annotations
@@ -27,8 +28,14 @@ from .condition import Condition
 from .device import DTYPES, dtype_unsupported_reason
 from .energy import EnergyMeter, measure_energy
 from .flops import forward_flops
-from .latency import (LATENCY_FIELDS, cuda_graph_callable, measure_latency,
-                      measure_latency_interleaved)
+from .latency import (
+    LATENCY_FIELDS,
+    CallFailed,
+    cuda_graph_callable,
+    is_out_of_memory,
+    measure_latency,
+    measure_latency_interleaved,
+)
 from .memory import cpu_memory, cuda_memory, unmeasured
 
 log = logging.getLogger(__name__)
@@ -102,9 +109,13 @@ def _memory(model: torch.nn.Module, x: torch.Tensor, space: SearchSpace, arch: A
                       condition.batch_size, condition.seq_len, settings.seed, settings.threads)
 
 
-def forward_callable(model: torch.nn.Module, x: torch.Tensor, condition: Condition) -> Any:
-    """One forward of model on x, launched as the condition says."""
-    return cuda_graph_callable(model, x) if condition.launch == "cuda_graph" else partial(model, x)
+def forward_callable(model: torch.nn.Module, x: torch.Tensor, condition: Condition,
+                     pool: Any = None) -> Any:
+    """One forward of model on x, launched as the condition says (a CUDA graph captured into
+    ``pool`` when one is given, see :func:`cuda_graph_callable`)."""
+    if condition.launch == "cuda_graph":
+        return cuda_graph_callable(model, x, pool=pool)
+    return partial(model, x)
 
 
 def inputs(vocab_size: int, condition: Condition, seed: int, device: torch.device
@@ -117,7 +128,12 @@ def inputs(vocab_size: int, condition: Condition, seed: int, device: torch.devic
 
 def _measure(space: SearchSpace, arch: Arch, vocab_size: int, condition: Condition,
              x: torch.Tensor, meter: EnergyMeter, settings: Settings) -> dict[str, Any]:
-    """Latency (unless timed elsewhere), energy and memory fields of arch on token ids x."""
+    """Latency (unless timed elsewhere), energy and memory fields of arch on token ids x; the
+    model is built only when one of them is measured here."""
+    if not (settings.latency or settings.memory or meter.available):
+        nothing = measure_energy(lambda: None, meter, x.device)  # the meter's null fields
+        return {**dict.fromkeys(LATENCY_FIELDS), **nothing,
+                **unmeasured("memory measurement disabled in the settings")}
     model = build_model(space, arch, vocab_size, settings.seed, x.device,
                         DTYPES[condition.dtype])
     with torch.inference_mode():
@@ -132,16 +148,50 @@ def _measure(space: SearchSpace, arch: Arch, vocab_size: int, condition: Conditi
 def measure_latency_of_archs(space: SearchSpace, archs: Sequence[Arch], vocab_size: int,
                              condition: Condition, device: torch.device,
                              settings: Settings) -> list[dict[str, Any]]:
-    """Latency statistics of several archs under one condition, timed interleaved (all
-    models held at once; see :func:`measure_latency_interleaved`)."""
+    """Latency statistics of several archs under one condition, timed interleaved (their models
+    held at once, CUDA graphs in one shared memory pool; see
+    :func:`measure_latency_interleaved`). An arch that runs out of memory
+    while built or timed gets ``{"status": "oom", "reason": ...}`` instead, and the others are
+    timed without it."""
     x = inputs(vocab_size, condition, settings.seed, torch.device(device))
     torch.set_num_threads(settings.threads)
-    models = [build_model(space, arch, vocab_size, settings.seed, x.device,
-                          DTYPES[condition.dtype]) for arch in archs]
+    results: dict[int, dict[str, Any]] = {}
+    fns: dict[int, Any] = {}
+    # the group's CUDA graphs share one memory pool (the largest forward's activations) and
+    # replay in the order they were captured
+    pool = torch.cuda.graph_pool_handle() if condition.launch == "cuda_graph" else None
     with torch.inference_mode():
-        fns = [forward_callable(model, x, condition) for model in models]
-        return measure_latency_interleaved(
-            fns, x.device, **settings.timing(), seed=settings.seed)
+        for i, arch in enumerate(archs):
+            try:
+                model = build_model(space, arch, vocab_size, settings.seed, x.device,
+                                    DTYPES[condition.dtype])
+                fns[i] = forward_callable(model, x, condition, pool)
+            except (RuntimeError, MemoryError) as err:
+                if not is_out_of_memory(err):
+                    raise
+                results[i] = _oom(arch, condition, err)
+        while fns:
+            order = list(fns)
+            try:
+                stats = measure_latency_interleaved([fns[i] for i in order], x.device,
+                                                    **settings.timing(), seed=settings.seed,
+                                                    shuffle=pool is None)
+            except CallFailed as failed:
+                i = order[failed.index]
+                results[i] = _oom(archs[i], condition, failed.error)
+                del fns[i]
+                if x.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                continue
+            results |= dict(zip(order, stats, strict=True))
+            break
+    return [results[i] for i in range(len(archs))]
+
+
+def _oom(arch: Arch, condition: Condition, error: BaseException) -> dict[str, Any]:
+    """The status and reason of an arch that ran out of memory."""
+    log.warning("%s %s: out of memory", arch.id, condition)
+    return {"status": "oom", "reason": f"out of memory: {error}".splitlines()[0]}
 
 
 def measure_arch(space: SearchSpace, arch: Arch, vocab_size: int, condition: Condition,
@@ -165,9 +215,10 @@ def measure_arch(space: SearchSpace, arch: Arch, vocab_size: int, condition: Con
     x = inputs(vocab_size, condition, settings.seed, device)
     try:
         measured = _measure(space, arch, vocab_size, condition, x, meter, settings)
-    except torch.OutOfMemoryError as err:
-        log.warning("%s %s: out of memory", arch.id, condition)
-        return _unmeasured(row, meter, "oom", f"out of memory: {err}".splitlines()[0])
+    except (RuntimeError, MemoryError) as err:
+        if not is_out_of_memory(err):
+            raise
+        return _unmeasured(row, meter, **_oom(arch, condition, err))
     finally:
         if device.type == "cuda":
             torch.cuda.empty_cache()

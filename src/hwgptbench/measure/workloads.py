@@ -176,14 +176,17 @@ def _train_step(model: GPT, runnable: nn.Module, x: torch.Tensor, condition: Con
     return Workload(call, x.numel(), 1, model)
 
 
-def cuda_peak_memory(workload: Workload, device: torch.device) -> dict[str, Any]:
+def cuda_peak_memory(workload: Workload, device: torch.device, baseline: int = 0
+                     ) -> dict[str, Any]:
     """Memory fields of one call on CUDA: the allocator's peak (weights, optimizer state and
-    activations) and its growth over what was allocated before the call."""
+    activations) over ``baseline`` (what was allocated before the workload was built), and its
+    growth over what was allocated right before the call."""
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     before = torch.cuda.memory_allocated(device)
     workload.call()
     torch.cuda.synchronize(device)
     peak = torch.cuda.max_memory_allocated(device)
-    return {"memory_weights_mb": tensor_bytes(workload.model) / MB, "memory_peak_mb": peak / MB,
+    return {"memory_weights_mb": tensor_bytes(workload.model) / MB,
+            "memory_peak_mb": (peak - baseline) / MB,
             "memory_activations_mb": (peak - before) / MB, "memory_reason": None}

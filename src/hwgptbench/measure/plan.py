@@ -1,0 +1,220 @@
+"""The memory the measure jobs of a scale plan on each device, known before any job starts.
+
+A shard is planned as :mod:`~.budget` plans it in the job: a seeded sample of the space stands
+in for the sampled archs, with the space's largest arch in the shard (as one shard holds it),
+under every condition the device runs. The budget is ``measure.memory_budget_gb``, or 60% of
+the device's memory (a job takes 60% of the memory free when it starts, a little less). A
+device that cannot hold the largest arch alone, weights and activations at its costliest
+condition, is refused: every group holding that arch would run out of memory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, NamedTuple
+
+from ..space import Arch, SearchSpace
+from .budget import DEFAULT_FRACTION, GB, GroupPlan, activation_bytes, plan_groups, weight_bytes
+from .condition import Condition
+
+COLUMNS = ("scale", "device", "memory_gb", "budget_gb", "archs/shard", "group size", "groups",
+           "planned peak GB", "largest arch GB", "worst condition")
+
+
+class MemoryPlanError(ValueError):
+    """A device cannot hold the largest arch of a scale at the largest condition."""
+
+
+class DeviceMemory(NamedTuple):
+    """A device's memory in bytes, and whether it is a GPU (it then runs cuda_graph too)."""
+
+    memory: int
+    gpu: bool
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """The plan of a scale's shard on one device: the groups of the condition that needs the
+    most, and the highest peak of any condition (bytes)."""
+
+    scale: str
+    device: str
+    memory: int
+    budget: int
+    archs_per_shard: int
+    group_size: int
+    groups: int
+    peak: int
+    largest: int
+    condition: str
+
+    def row(self) -> tuple[str, ...]:
+        """The plan's cells in :data:`COLUMNS` order."""
+        return (self.scale, self.device, f"{self.memory / GB:.1f}", f"{self.budget / GB:.1f}",
+                str(self.archs_per_shard), str(self.group_size), str(self.groups),
+                f"{self.peak / GB:.1f}",
+                f"{self.largest / GB:.1f}", self.condition)
+
+
+def plan_conditions(section: Mapping[str, Any], gpu: bool) -> list[Condition]:
+    """The conditions of the measure section that a device runs (cuda_graph on GPUs only)."""
+    launches = [launch for launch in section["launch"] if gpu or launch != "cuda_graph"]
+    return [Condition(b, t, dtype, launch) for b in section["batch_sizes"]
+            for t in section["seq_lens"] for dtype in section["dtypes"] for launch in launches]
+
+
+def _need(space: SearchSpace, arch: Arch, vocab_size: int, condition: Condition) -> int:
+    return (weight_bytes(space, arch, vocab_size, condition.dtype)
+            + activation_bytes(space, arch, vocab_size, condition))
+
+
+def largest_need(space: SearchSpace, section: Mapping[str, Any], vocab_size: int, gpu: bool
+                 ) -> tuple[int, Condition]:
+    """Bytes of the largest arch alone (weights and activations) at its costliest condition."""
+    arch = space.largest()
+    return max((_need(space, arch, vocab_size, c), c) for c in plan_conditions(section, gpu))
+
+
+def check_fits(space: SearchSpace, section: Mapping[str, Any], vocab_size: int, device: str,
+               device_memory: DeviceMemory) -> int:
+    """The largest arch's need in bytes; :class:`MemoryPlanError` when it exceeds the device."""
+    need, condition = largest_need(space, section, vocab_size, device_memory.gpu)
+    if need > device_memory.memory:
+        weights = weight_bytes(space, space.largest(), vocab_size, condition.dtype)
+        dtype = " (or drop fp32 from measure.dtypes)" if condition.dtype == "fp32" else ""
+        raise MemoryPlanError(
+            f"scale {space.name}, device {device}: the largest arch alone needs "
+            f"{need / GB:.1f} GiB at {condition.id} (weights {weights / GB:.1f} GiB, activations "
+            f"{(need - weights) / GB:.1f} GiB), more than the device's "
+            f"{device_memory.memory / GB:.1f} GiB. Lower measure.batch_sizes or measure.seq_lens"
+            f"{dtype}, or drop {device} from workflow.devices; if the device has more memory, "
+            f"correct cluster.devices.{device}.memory_gb")
+    return need
+
+
+def archs_per_shard(space: SearchSpace, n_archs: int, shards: int) -> int:
+    """Archs of the largest shard: n_archs (at most the space's size) split over shards."""
+    return math.ceil(min(n_archs, space.size()) / shards)
+
+
+@cache
+def stand_in_shard(space: SearchSpace, size: int, seed: int = 0) -> tuple[Arch, ...]:
+    """size archs: the largest arch, then a seeded sample of the others."""
+    largest = space.largest()
+    others = [a for a in space.sample(min(size, space.size()), seed) if a != largest]
+    return (largest, *others[:size - 1])
+
+
+@cache
+def _costs(space: SearchSpace, archs: tuple[Arch, ...], vocab_size: int, condition: Condition,
+           interleave: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Weight and activation bytes of archs under condition, as the measure job counts them."""
+    weights = tuple(weight_bytes(space, a, vocab_size, condition.dtype) if interleave else 0
+                    for a in archs)
+    return weights, tuple(activation_bytes(space, a, vocab_size, condition) for a in archs)
+
+
+def plan_memory(space: SearchSpace, section: Mapping[str, Any], n_archs: int, vocab_size: int,
+                device: str, device_memory: DeviceMemory, seed: int = 0) -> MemoryPlan:
+    """The plan of a shard of ``n_archs`` sampled archs (``sample.n_archs + 2``) on a device;
+    :class:`MemoryPlanError` when the largest arch alone, or a group, does not fit the
+    device."""
+    largest = check_fits(space, section, vocab_size, device, device_memory)
+    budget_gb = section["memory_budget_gb"]
+    budget = int(budget_gb * GB) if budget_gb is not None else int(
+        DEFAULT_FRACTION * device_memory.memory)
+    size = archs_per_shard(space, n_archs, section["shards"])
+    archs = stand_in_shard(space, size, seed)
+    plans: list[tuple[GroupPlan, Condition]] = []
+    for condition in plan_conditions(section, device_memory.gpu):
+        weights, activations = _costs(space, archs, vocab_size, condition,
+                                      section.get("interleave", True))
+        plans.append((plan_groups(weights, activations, budget, section["group_anchors"]),
+                      condition))
+    worst, condition = max(plans, key=lambda p: (len(p[0].groups), p[0].peak_bytes))
+    peak, fullest = max((plan.peak_bytes, c) for plan, c in plans)
+    if peak > device_memory.memory:
+        raise MemoryPlanError(
+            f"scale {space.name}, device {device}: a group of {fullest.id} is planned on "
+            f"{peak / GB:.1f} GiB, more than the device's {device_memory.memory / GB:.1f} GiB. "
+            f"Lower measure.memory_budget_gb (now {budget / GB:.1f} GiB) below the device's "
+            f"memory, or measure.group_anchors")
+    return MemoryPlan(space.name, device, device_memory.memory, budget, size,
+                      worst.largest_group, len(worst.groups),
+                      peak, largest, condition.id)
+
+
+def tokenizer_vocab_size(tokenizer: Mapping[str, Any]) -> int | None:
+    """The vocabulary size of ``data.tokenizer``: as set (bpe), or read off its file (None
+    when the file is not there)."""
+    if tokenizer["kind"] == "bpe":
+        return tokenizer["vocab_size"]
+    from pathlib import Path
+
+    from ..data import load_tokenizer_file
+
+    if not Path(tokenizer["file"]).is_file():
+        return None
+    return load_tokenizer_file(tokenizer["file"]).get_vocab_size()
+
+
+def cluster_memory(config: Mapping[str, Any]) -> dict[str, DeviceMemory]:
+    """The devices of ``cluster.devices`` that state a ``memory_gb``: GPUs are those whose
+    entry asks for GPUs or whose label (or alias) names CUDA hardware."""
+    aliases = config["measure"]["aliases"]
+    return {label: DeviceMemory(int(entry["memory_gb"] * GB),
+                                entry.get("gpus", 0) > 0
+                                or aliases.get(label, label).startswith("cuda"))
+            for label, entry in config["cluster"]["devices"].items() if "memory_gb" in entry}
+
+
+def plan_params(config: Mapping[str, Any], devices: Mapping[str, DeviceMemory],
+                scales: Sequence[str] | None = None) -> list[MemoryPlan]:
+    """The plan of every scale (default ``workflow.scales``) on every device of a merged
+    params document; [] when the vocabulary size is not known yet."""
+    vocab_size = tokenizer_vocab_size(config["data"]["tokenizer"])
+    if vocab_size is None:
+        return []
+    n_archs = config["sample"]["n_archs"] + 2
+    return [plan_memory(SearchSpace.from_dict(scale, config["spaces"][scale]), config["measure"],
+                        n_archs, vocab_size, label, memory)
+            for scale in scales or config["workflow"]["scales"]
+            for label, memory in devices.items()]
+
+
+def check_params(config: Mapping[str, Any], devices: Mapping[str, Mapping[str, DeviceMemory]]
+                 ) -> None:
+    """Refuse, with :class:`MemoryPlanError`, a scale whose largest arch does not fit one of
+    its devices ({scale: {label: memory}}); fast: no shard is planned."""
+    vocab_size = tokenizer_vocab_size(config["data"]["tokenizer"])
+    if vocab_size is None:
+        return
+    for scale, memories in devices.items():
+        space = SearchSpace.from_dict(scale, config["spaces"][scale])
+        for label, memory in memories.items():
+            check_fits(space, config["measure"], vocab_size, label, memory)
+
+
+def format_table(plans: Sequence[MemoryPlan]) -> str:
+    """The plans as an aligned text table."""
+    rows = [COLUMNS, *(p.row() for p in plans)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+             for r in rows]
+    return "\n".join(lines)
+
+
+def this_machine(config: Mapping[str, Any]) -> dict[str, DeviceMemory]:
+    """This machine under its label (``measure.device``, or derived when auto), with the
+    memory free on its default device."""
+    from .budget import free_memory_bytes
+    from .device import auto_label, default_device, fingerprint
+
+    device = default_device()
+    label = config["measure"]["device"]
+    if label == "auto":
+        label = auto_label(fingerprint(config["measure"]["threads"], device))
+    return {label: DeviceMemory(free_memory_bytes(device), device.type == "cuda")}

@@ -1,0 +1,118 @@
+"""The plan states the memory: group sizes and peaks per scale and device, and a device that
+cannot hold the largest arch is refused before any job starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO_ROOT, make_project, run
+from hwgptbench import params
+from hwgptbench.cli import main
+from hwgptbench.measure.budget import GB
+from hwgptbench.measure.plan import (
+    DeviceMemory,
+    MemoryPlanError,
+    check_fits,
+    cluster_memory,
+    format_table,
+    plan_memory,
+    plan_params,
+    stand_in_shard,
+)
+from hwgptbench.space import SearchSpace
+
+PARAMS = REPO_ROOT / "params.yaml"
+PAPER = REPO_ROOT / "params" / "paper.yaml"
+
+
+@pytest.fixture(scope="module")
+def paper() -> dict:
+    """params.yaml with the paper overlay merged over it, as Snakemake merges it."""
+    return params.load_overlaid(PARAMS, [PAPER])
+
+
+def _small_device(tmp_path: Path, gb: float = 4) -> Path:
+    overlay = tmp_path / "small.yaml"
+    overlay.write_text(yaml.safe_dump({"cluster": {"devices": {"rtx2080": {"memory_gb": gb}}}}))
+    return overlay
+
+
+def test_overlay_merges_mappings_and_replaces_lists() -> None:
+    base = {"a": {"x": 1, "y": [1, 2]}, "b": 1}
+    merged = params.overlay(base, {"a": {"y": [3]}, "c": {"z": 2}})
+    assert merged == {"a": {"x": 1, "y": [3]}, "b": 1, "c": {"z": 2}}
+    assert base == {"a": {"x": 1, "y": [1, 2]}, "b": 1}
+
+
+def test_paper_overlay_plans_every_scale_and_device_within_memory(paper: dict) -> None:
+    devices = cluster_memory(paper)
+    assert set(devices) == set(paper["cluster"]["devices"])  # every device states its memory
+    assert not devices["cpu-epyc-7502"].gpu and devices["a100"].gpu
+    plans = plan_params(paper, devices)
+    print(format_table(plans))
+    assert len(plans) == len(paper["workflow"]["scales"]) * len(devices)
+    for plan in plans:
+        assert plan.largest <= plan.memory, plan
+        assert plan.budget == int(0.6 * plan.memory)  # memory_budget_gb null: 60%
+        assert plan.archs_per_shard == 501  # 10 002 archs over 20 shards
+        assert 1 <= plan.group_size <= plan.archs_per_shard and plan.groups >= 1
+    cpu = [p for p in plans if p.device == "cpu-epyc-7502" and p.scale == "s"]
+    assert cpu[0].groups == 1 and "cuda_graph" not in cpu[0].condition  # no graphs on CPUs
+
+
+def test_device_with_too_little_memory_is_refused(paper: dict) -> None:
+    space = SearchSpace.from_dict("s", paper["spaces"]["s"])
+    with pytest.raises(MemoryPlanError) as error:
+        check_fits(space, paper["measure"], 50304, "rtx2080", DeviceMemory(4 * GB, True))
+    message = str(error.value)
+    for part in ("scale s", "device rtx2080", "4.8 GiB at b8-t1024-fp32", "4.0 GiB",
+                 "measure.batch_sizes", "drop rtx2080 from workflow.devices"):
+        assert part in message
+
+
+def test_budget_and_stand_in_shard() -> None:
+    config = params.load(PARAMS)
+    space = SearchSpace.from_dict("tiny", config["spaces"]["tiny"])
+    shard = stand_in_shard(space, 40)
+    assert len(shard) == len(set(shard)) == 40 and shard[0] == space.largest()
+    section = {**config["measure"], "memory_budget_gb": 0.001}
+    plan = plan_memory(space, section, 102, 4096, "here", DeviceMemory(8 * GB, False))
+    assert plan.budget == int(0.001 * GB)
+    # the budget holds one arch and no anchor besides it: a group per arch
+    assert plan.groups == 102 and plan.group_size == 1
+    roomy = plan_memory(space, config["measure"], 102, 4096, "here", DeviceMemory(8 * GB, False))
+    assert roomy.groups == 1 and roomy.group_size == 102 and roomy.peak < roomy.budget
+
+
+def test_cli_prints_the_plan_and_writes_it(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "plan.txt"
+    assert main(["measure-plan", "--params", str(PARAMS), "--overlay", str(PAPER),
+                 "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed == out.read_text()
+    lines = printed.splitlines()
+    assert lines[0].split()[:4] == ["scale", "device", "memory_gb", "budget_gb"]
+    assert sum(line.startswith(("s ", "m ", "l ")) for line in lines) == 3 * 13
+    assert main(["measure-plan", "--params", str(PARAMS)]) == 0  # no cluster: this machine
+    here = capsys.readouterr().out.splitlines()
+    assert len(here) == 2 and here[1].startswith("tiny ")
+
+
+def test_cli_refuses_a_device_too_small(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["measure-plan", "--params", str(PARAMS), "--overlay", str(PAPER),
+                 str(_small_device(tmp_path))]) == 2
+    assert "measure-plan: error: scale s, device rtx2080" in capsys.readouterr().err
+
+
+def test_workflow_refuses_a_device_too_small_before_any_job(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    result = run(["snakemake", "--configfile", "params/paper.yaml",
+                  str(_small_device(tmp_path)), "-n"], project, check=False)
+    assert result.returncode != 0
+    assert "measure plan refused: scale s, device rtx2080" in result.stdout + result.stderr
+    assert not (project / "results" / "s").exists()
