@@ -8,12 +8,14 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: run test pull install help
+.PHONY: run test pull install help hwgptbench
 
 help:
 	@echo "make run   - install into $(VENV) and run the workflow (dvc repro -> snakemake)"
 	@echo "make test  - install with the test extra and run the fast tests"
 	@echo "make pull  - fetch results from the DVC remote and mark them up to date"
+	@echo "make hwgptbench - HW-GPT-Bench's s space: import its perplexities, measure 500 archs"
+	@echo "                  here, surrogates, search, figures (docs/paper_scale.md; resumes)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +38,14 @@ run: $(VENV)/.installed
 	dvc repro
 	snakemake --report results/report.html
 	@echo "figures and tables: results/*/figures/, results/*/tables/; report: results/report.html"
+
+# HW-GPT-Bench's published perplexities (dvc import, needs the network once) and the s space
+# measured on this machine; rerun to resume (HWGPTBENCH_PARAMS: another overlay, e.g. a scale).
+HWGPTBENCH_PARAMS ?= params/hwgptbench.yaml
+hwgptbench: $(VENV)/.installed
+	snakemake --configfile $(HWGPTBENCH_PARAMS) --resources dvc=1
+	snakemake --configfile $(HWGPTBENCH_PARAMS) --report results/report-hwgptbench.html
+	@echo "figures and tables: results/s/figures/, results/s/tables/; report: results/report-hwgptbench.html"
 
 pull: $(VENV)/.installed
 	hwgptbench pull

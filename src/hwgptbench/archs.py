@@ -4,8 +4,10 @@ evaluate and measure: one row per arch, keyed by its canonical id."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from .io import atomic_path
@@ -20,8 +22,31 @@ def sample_table(space: SearchSpace, n_archs: int, seed: int, vocab_size: int) -
     """
     ends = [space.smallest(), space.largest()]
     sampled = [a for a in space.sample(min(space.size(), n_archs + 2), seed) if a not in ends]
+    return _table(space, ends, sampled[:n_archs], vocab_size)
+
+
+def sample_from(space: SearchSpace, candidates: Sequence[str], n_archs: int, seed: int,
+                vocab_size: int) -> pl.DataFrame:
+    """As :func:`sample_table`, over given archs (ids) instead of the whole space: the
+    candidates with the fewest and the most parameters, then ``n_archs`` of the others drawn
+    uniformly without replacement. For perplexities published for a subset of the space."""
+    pool = list(dict.fromkeys(Arch.from_id(i) for i in candidates))
+    if not pool:
+        raise ValueError("no candidate archs to sample from")
+    counts = [space.n_params(a, vocab_size) for a in pool]
+    smallest = pool[counts.index(min(counts))]
+    largest = pool[counts.index(max(counts))]
+    ends = list(dict.fromkeys([smallest, largest]))
+    others = [a for a in pool if a not in ends]
+    picks = np.random.default_rng(seed).permutation(len(others))[:n_archs]
+    return _table(space, ends, [others[i] for i in picks], vocab_size)
+
+
+def _table(space: SearchSpace, ends: list[Arch], sampled: list[Arch], vocab_size: int
+           ) -> pl.DataFrame:
+    """The archs table: ``ends`` (smallest, then largest) and then ``sampled``."""
     rows = [(a, kind) for a, kind in zip(ends, ("smallest", "largest"))]
-    rows += [(a, "sampled") for a in sampled[:n_archs]]
+    rows += [(a, "sampled") for a in sampled]
     return pl.DataFrame({
         "arch_id": [a.id for a, _ in rows],
         "kind": [kind for _, kind in rows],

@@ -107,13 +107,17 @@ def cmd_train(args: argparse.Namespace) -> None:
 def cmd_sample(args: argparse.Namespace) -> None:
     """Sample the architectures that later stages evaluate and measure."""
     config = _load(args, ["sample", "spaces"])
-    space = _space(config, args.scale)
-    vocab_size = data.TokenShards.open(args.data).manifest["tokenizer"]["vocab_size"]
-    table = archs.sample_table(space, config["sample"]["n_archs"], config["sample"]["seed"],
-                               vocab_size)
+    space, section, vocab_size = _space(config, args.scale), config["sample"], _vocab_size(args)
+    if args.from_table:
+        candidates = pl.read_parquet(args.from_table, columns=["arch_id"])["arch_id"]
+        table = archs.sample_from(space, candidates.to_list(), section["n_archs"],
+                                  section["seed"], vocab_size)
+        pool = f"{candidates.n_unique()} archs of {args.from_table}"
+    else:
+        table = archs.sample_table(space, section["n_archs"], section["seed"], vocab_size)
+        pool = f"{space.size()} archs of the {args.scale} space"
     archs.write_table(table, args.out or f"results/{args.scale}/archs.parquet")
-    log.info("sampled %d archs of the %s space (%d archs in all)", len(table), args.scale,
-             space.size())
+    log.info("sampled %d archs of the %s space (from %s)", len(table), args.scale, pool)
 
 
 def cmd_perplexity(args: argparse.Namespace) -> None:
@@ -145,8 +149,7 @@ def cmd_measure(args: argparse.Namespace) -> None:
 
     config = _load(args, ["measure", "spaces"])
     space = _space(config, args.scale)
-    data_dir = args.data or f"results/data/{_load(args, ['data'])['data']['name']}"
-    vocab_size = data.TokenShards.open(data_dir).manifest["tokenizer"]["vocab_size"]
+    vocab_size = _vocab_size(args)
     section = config["measure"]
     label = measurements.device_label({**section, "device": args.device or section["device"]},
                                       section["threads"])
@@ -183,8 +186,7 @@ def cmd_runtime(args: argparse.Namespace) -> None:
     from . import measurements, runtime
 
     config = _load(args, ["measure", "runtime", "spaces"])
-    space = _space(config, args.scale)
-    vocab_size = data.TokenShards.open(args.data).manifest["tokenizer"]["vocab_size"]
+    space, vocab_size = _space(config, args.scale), _vocab_size(args)
     measure = config["measure"]
     label = measurements.device_label({**measure, "device": args.device or measure["device"]},
                                       measure["threads"])
@@ -248,8 +250,7 @@ def cmd_fit_surrogates(args: argparse.Namespace) -> None:
     from . import surrogates
 
     config = _load(args, ["surrogate", "spaces"])
-    space = _space(config, args.scale)
-    vocab_size = data.TokenShards.open(args.data).manifest["tokenizer"]["vocab_size"]
+    space, vocab_size = _space(config, args.scale), _vocab_size(args)
     if args.perplexity:
         quality = surrogates.fit_perplexity(config["surrogate"], space, vocab_size,
                                             pl.read_parquet(args.perplexity), args.out)
@@ -272,7 +273,9 @@ def cmd_merge_quality(args: argparse.Namespace) -> None:
 
 
 def _vocab_size(args: argparse.Namespace) -> int:
-    """The vocabulary size of --data (default: the data stage's folder of the params)."""
+    """--vocab-size, else that of --data (default: the data stage's folder of the params)."""
+    if args.vocab_size:
+        return int(args.vocab_size)
     folder = args.data or f"results/data/{_load(args, ['data'])['data']['name']}"
     return data.TokenShards.open(folder).manifest["tokenizer"]["vocab_size"]
 
@@ -450,6 +453,21 @@ def _scale_and_data(command: argparse.ArgumentParser) -> None:
     command.add_argument("--data", required=True, help="data-stage output folder")
 
 
+def _scale_and_vocab(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--scale", default="tiny", help="search space (default: %(default)s)")
+    _vocab_source(command)
+
+
+def _vocab_source(command: argparse.ArgumentParser) -> None:
+    """--data or --vocab-size: where a command that builds archs takes the vocabulary size."""
+    source = command.add_mutually_exclusive_group()
+    source.add_argument("--data", help="data-stage folder, for the vocabulary size "
+                                       "(default: results/data/{data.name})")
+    source.add_argument("--vocab-size", type=int,
+                        help="the vocabulary size instead of --data (perplexity.source "
+                             "hwgptbench has no data stage: perplexity.hwgptbench.vocab_size)")
+
+
 def _scale_and_results(command: argparse.ArgumentParser) -> None:
     command.add_argument("--scale", default="tiny", help="search space (default: %(default)s)")
     command.add_argument("--results", default="results", help="results folder (default: "
@@ -479,7 +497,9 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--work-dir", help="resumable checkpoints (default: "
                                             "results/{scale}/.train)")
     command = add("sample", cmd_sample)
-    _scale_and_data(command)
+    _scale_and_vocab(command)
+    command.add_argument("--from-table", help="sample among the archs of this table (e.g. "
+                                              "imported perplexities) instead of the space")
     command.add_argument("--out", help="archs table (default: results/{scale}/archs.parquet)")
     command = add("perplexity", cmd_perplexity)
     _scale_and_data(command)
@@ -493,8 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--device", help="device label, or auto (default: measure.device)")
     command.add_argument("--shard", default="0/1", help="measure shard i of n (default: 0/1)")
     command.add_argument("--archs", help="archs table (default: results/{scale}/archs.parquet)")
-    command.add_argument("--data", help="data-stage folder, for the vocabulary size "
-                                        "(default: results/data/{data.name})")
+    _vocab_source(command)
     command.add_argument("--out", help="shard table (default: "
                                        "results/{scale}/.measure/{device}/shard-i-of-n.parquet)")
     command = add("measure-plan", cmd_measure_plan, params=False)
@@ -504,7 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "them, e.g. params/paper.yaml")
     command.add_argument("--out", help="also write the table to this file")
     command = add("runtime", cmd_runtime)
-    _scale_and_data(command)
+    _scale_and_vocab(command)
     command.add_argument("--device", help="device label, or auto (default: measure.device)")
     command.add_argument("--archs", required=True, help="archs table of the sample stage")
     command.add_argument("--out", required=True, help="runtime table (parquet)")
@@ -523,7 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--label", action="store_true",
                          help="print only the label (measure.device, checked against the hardware)")
     command = add("fit-surrogates", cmd_fit_surrogates)
-    _scale_and_data(command)
+    _scale_and_vocab(command)
     table = command.add_mutually_exclusive_group(required=True)
     table.add_argument("--measurements", help="a device table (fits hardware metrics)")
     table.add_argument("--perplexity", help="the perplexity table (fits perplexity)")
@@ -536,7 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--metrics-out", required=True, help="DVC metrics file (JSON)")
     command.add_argument("inputs", nargs="+", help="quality tables to merge")
     command = add("transfer", cmd_transfer)
-    _scale_and_data(command)
+    _scale_and_vocab(command)
     command.add_argument("--measurements", required=True,
                          help="the measurements table of the scale (all devices)")
     command.add_argument("--runtime", nargs="*", default=[],
@@ -561,8 +580,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="adaptation method (default: transfer.method; docs/transfer.md)")
     command.add_argument("--selection", type=_one_of(".transfer", "SELECTIONS"),
                          help="which archs to measure (default: transfer.selection)")
-    command.add_argument("--data", help="data-stage folder, for the vocabulary size "
-                                        "(default: results/data/{data.name})")
+    _vocab_source(command)
     command = add("query", cmd_query, params=False)
     _scale_and_results(command)
     command.add_argument("--device", help="device label (see the quality table)")

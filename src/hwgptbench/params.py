@@ -150,6 +150,26 @@ def runtime_problems(runtime: dict[str, Any]) -> list[str]:
             f"{runtime['max_repeats']}; lower it or raise max_repeats"]
 
 
+def import_problems(doc: dict[str, Any]) -> list[str]:
+    """Why ``perplexity.source: hwgptbench`` cannot serve ``workflow.scales``."""
+    from .hwgpt_import.source import FILES
+
+    perplexity, workflow = doc.get("perplexity"), doc.get("workflow")
+    if not perplexity or not workflow or perplexity.get("source") != "hwgptbench":
+        return []
+    problems = []
+    other = [scale for scale in workflow["scales"] if scale not in FILES]
+    if other:
+        problems.append(f"workflow.scales: {other} have no published perplexities; with "
+                        f"perplexity.source hwgptbench the scales are among {', '.join(FILES)} "
+                        "(or set perplexity.source: supernet to train their supernets)")
+    if "moasha" in doc.get("search", {}).get("algorithms", []):
+        problems.append("search.algorithms: moasha needs perplexities at several training "
+                        "steps, and HW-GPT-Bench published one per arch: remove moasha with "
+                        "perplexity.source hwgptbench")
+    return problems
+
+
 def compress_problems(compress: dict[str, Any]) -> list[str]:
     """Why the ``compress`` section cannot run: its space, its dense-model source, timing."""
     from .space import SearchSpace
@@ -185,7 +205,7 @@ def _cross_field_problems(doc: dict[str, Any]) -> list[str]:
             if supernet else []) + (search_problems(search) if search else []) + (
         transfer_problems(transfer) if transfer else []) + (
         runtime_problems(runtime) if runtime else []) + (
-        compress_problems(compress) if compress else [])
+        compress_problems(compress) if compress else []) + import_problems(doc)
 
 
 def _read(path: str | os.PathLike[str]) -> Any:

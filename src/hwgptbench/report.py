@@ -1,7 +1,7 @@
 """The figures stage: every figure, table and DVC plot file of a scale, from result tables only.
 
 Reads ``results/{scale}/``: perplexity.parquet, measurements.parquet,
-surrogates/{quality,predictions}.parquet, supernet/loss.parquet, search/{final,attainment}.parquet,
+surrogates/{quality,predictions}.parquet, supernet/loss.parquet (where a supernet was trained), search/{final,attainment}.parquet,
 transfer/{quality,summary}.parquet, runtime.parquet, breakdown.parquet and the search run
 tables. Writes ``figures/`` (PNG + SVG),
 ``tables/`` (CSV + Markdown) and ``plots/`` (CSV for ``dvc plots``). Nothing is trained, measured or predicted here, so after
@@ -67,7 +67,8 @@ def render(scale_dir: str | os.PathLike[str], run_folders: Sequence[str | os.Pat
     measurements = pl.read_parquet(root / "measurements.parquet")
     quality = pl.read_parquet(root / "surrogates" / "quality.parquet")
     predictions = pl.read_parquet(root / "surrogates" / "predictions.parquet")
-    loss = pl.read_parquet(root / "supernet" / "loss.parquet")
+    loss_path = root / "supernet" / "loss.parquet"  # absent where perplexities were imported
+    loss = pl.read_parquet(loss_path) if loss_path.exists() else None
     runs = read_runs(run_folders)
     final = pl.read_parquet(root / "search" / "final.parquet")
     attainment = pl.read_parquet(root / "search" / "attainment.parquet")
@@ -91,7 +92,7 @@ def render(scale_dir: str | os.PathLike[str], run_folders: Sequence[str | os.Pat
         *search.attainment_surfaces(attainment, figures / "attainment"),
         *benchmark.pareto_3d(three, metrics, figures / "pareto_3d"),
         *benchmark.dimension_effects(measurements, figures / "dimension_effects"),
-        *benchmark.loss_curve(loss, figures / "supernet_loss"),
+        *(benchmark.loss_curve(loss, figures / "supernet_loss") if loss is not None else []),
         *transfer.transfer_quality(transfer_quality, figures / "transfer_quality"),
         *runtime.breakdown_bars(breakdown, figures / "runtime_breakdown"),
         *runtime.runtime_options(runtime_rows, figures / "runtime_options"),
@@ -104,10 +105,11 @@ def render(scale_dir: str | os.PathLike[str], run_folders: Sequence[str | os.Pat
     ]
     plot_data = {
         "hypervolume": hypervolume_plot_data(runs),
-        "supernet_loss": loss.select("step", "kind", "loss").pivot(
-            on="kind", index="step", values="loss", aggregate_function="mean").sort("step"),
         "surrogate_predictions": predictions,
     }
+    if loss is not None:
+        plot_data["supernet_loss"] = loss.select("step", "kind", "loss").pivot(
+            on="kind", index="step", values="loss", aggregate_function="mean").sort("step")
     for name, table in plot_data.items():
         with atomic_path(plots / f"{name}.csv") as tmp:
             table.write_csv(tmp, float_precision=6)

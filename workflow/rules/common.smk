@@ -16,6 +16,17 @@ if unknown:
 
 MEASURE_SHARDS = config["measure"]["shards"]
 
+# perplexity.source hwgptbench: perplexities imported from HW-GPT-Bench, no data or supernet
+# stage; the stages that build archs take the published networks' vocabulary size instead.
+IMPORTED = config["perplexity"]["source"] == "hwgptbench"
+HWGPTBENCH = config["perplexity"]["hwgptbench"]
+DATA_INPUT = {} if IMPORTED else {"data": DATA_DIR}
+
+
+def vocab_flag(wildcards, input):
+    """Where a command takes the vocabulary size: the data stage, or the import's params."""
+    return f"--vocab-size {HWGPTBENCH['vocab_size']}" if IMPORTED else f"--data {input.data}"
+
 
 @cache
 def local_device():

@@ -1,6 +1,9 @@
 from hwgptbench.catalog import FIGURES, TABLES
 
 CAPTIONS = "../report"
+# imported perplexities come without a supernet, so without its training-loss figure
+SCALE_FIGURES = [name for name in FIGURES if not (IMPORTED and name == "supernet_loss")]
+PLOTS = ["hypervolume", "surrogate_predictions", *([] if IMPORTED else ["supernet_loss"])]
 
 
 def figure_output(name):
@@ -25,15 +28,14 @@ rule figures_of_scale:
         predictions=rules.surrogate_quality.output.predictions,
         transfer=rules.transfer.output.quality,
         transfer_summary=rules.transfer.output.summary,
-        loss=rules.supernet.output.loss,
+        **({} if IMPORTED else {"loss": rules.supernet.output.loss}),
         final=rules.search_summary.output.final,
         attainment=rules.search_summary.output.attainment,
         runs=rules.search_summary.input.runs,
     output:
-        **{f"figure_{name}": figure_output(name) for name in FIGURES},
+        **{f"figure_{name}": figure_output(name) for name in SCALE_FIGURES},
         **{f"table_{name}": table_output(name) for name in TABLES},
-        plots=[f"{RESULTS}/{{scale}}/plots/{name}.csv"
-               for name in ("hypervolume", "supernet_loss", "surrogate_predictions")],
+        plots=[f"{RESULTS}/{{scale}}/plots/{name}.csv" for name in PLOTS],
     log:
         f"{RESULTS}/logs/{{scale}}/figures.log",
     shell:

@@ -9,18 +9,19 @@ rule measure:
     input:
         params=lambda wc: [PARAMS["measure"], PARAMS[f"spaces.{wc.scale}"]],
         archs=rules.sample_archs.output[0],
-        data=DATA_DIR,
+        **DATA_INPUT,
     output:
         f"{RESULTS}/{{scale}}/.measure/{{device}}/shard-{{shard}}-of-{MEASURE_SHARDS}.parquet",
     params:
         files=params_flags,
+        vocab=vocab_flag,
     threads: workflow.cores  # alone on the machine: concurrent jobs would distort timings
     resources:
         **measure_resources(),  # on a cluster: the node of cluster.devices[{device}]
     log:
         f"{RESULTS}/logs/{{scale}}/measure-{{device}}-{{shard}}.log",
     shell:
-        "hwgptbench measure --scale {wildcards.scale} {params.files} --data {input.data}"
+        "hwgptbench measure --scale {wildcards.scale} {params.files} {params.vocab}"
         " --archs {input.archs} --device {wildcards.device}"
         " --shard {wildcards.shard}/{MEASURE_SHARDS} --out {output} 2>&1 | tee {log}"
 

@@ -1,20 +1,49 @@
-rule perplexity:
-    """Validation perplexity of the sampled archs with inherited supernet weights."""
-    input:
-        params=PARAMS["perplexity"],
-        data=DATA_DIR,
-        supernet=rules.supernet.output.model,
-        snapshots=rules.supernet.output.snapshots,  # found by the command beside supernet.pt
-        archs=rules.sample_archs.output[0],
-    output:
-        f"{RESULTS}/{{scale}}/perplexity.parquet",
-    params:
-        files=params_flags,
-    threads: workflow.cores  # torch uses every core
-    resources:
-        **gpu_resources(config["perplexity"]["device"], 1),
-    log:
-        f"{RESULTS}/logs/{{scale}}/perplexity.log",
-    shell:
-        "hwgptbench perplexity --scale {wildcards.scale} {params.files} --data {input.data}"
-        " --supernet {input.supernet} --archs {input.archs} --out {output} 2>&1 | tee {log}"
+if IMPORTED:
+
+    rule perplexity:
+        """HW-GPT-Bench's published perplexities of a scale: `dvc import` of its files (each
+        .dvc pointer pins the repository and the commit; files already there are kept), then
+        their conversion to the perplexity table and an import report."""
+        input:
+            params=lambda wc: [PARAMS["perplexity"], PARAMS[f"spaces.{wc.scale}"]],
+        output:
+            table=f"{RESULTS}/{{scale}}/perplexity.parquet",
+            report=f"{RESULTS}/{{scale}}/perplexity.import.json",
+        params:
+            files=params_flags,
+            source=(f"--source-url {HWGPTBENCH['source_url']}" if HWGPTBENCH["source_url"]
+                    else ""),
+        resources:
+            dvc=1,  # one `dvc import` at a time in the project (`--resources dvc=1`)
+        log:
+            f"{RESULTS}/logs/{{scale}}/perplexity.log",
+        shell:
+            "(hwgptbench fetch-hwgptbench --scale {wildcards.scale} --url {HWGPTBENCH[url]}"
+            " --rev {HWGPTBENCH[rev]} --out {HWGPTBENCH[files]} &&"
+            " hwgptbench import-perplexity --scale {wildcards.scale} {params.files}"
+            " --files {HWGPTBENCH[files]} --rev {HWGPTBENCH[rev]} {params.source}"
+            " --vocab-size {HWGPTBENCH[vocab_size]} --out {output.table}"
+            " --report {output.report}) 2>&1 | tee {log}"
+
+else:
+
+    rule perplexity:
+        """Validation perplexity of the sampled archs with inherited supernet weights."""
+        input:
+            params=PARAMS["perplexity"],
+            data=DATA_DIR,
+            supernet=rules.supernet.output.model,
+            snapshots=rules.supernet.output.snapshots,  # found by the command beside supernet.pt
+            archs=rules.sample_archs.output[0],
+        output:
+            f"{RESULTS}/{{scale}}/perplexity.parquet",
+        params:
+            files=params_flags,
+        threads: workflow.cores  # torch uses every core
+        resources:
+            **gpu_resources(config["perplexity"]["device"], 1),
+        log:
+            f"{RESULTS}/logs/{{scale}}/perplexity.log",
+        shell:
+            "hwgptbench perplexity --scale {wildcards.scale} {params.files} --data {input.data}"
+            " --supernet {input.supernet} --archs {input.archs} --out {output} 2>&1 | tee {log}"

@@ -5,20 +5,21 @@ rule runtime:
         device=MEASURED,
     input:
         params=lambda wc: [PARAMS["runtime"], PARAMS["measure"], PARAMS[f"spaces.{wc.scale}"]],
-        data=DATA_DIR,
+        **DATA_INPUT,
         archs=rules.sample_archs.output[0],
     output:
         runtime=f"{RESULTS}/{{scale}}/runtime/{{device}}.parquet",
         breakdown=f"{RESULTS}/{{scale}}/breakdown/{{device}}.parquet",
     params:
         files=params_flags,
+        vocab=vocab_flag,
     threads: workflow.cores  # alone on the machine: concurrent jobs would distort timings
     resources:
         **measure_resources(),  # on a cluster: the node of cluster.devices[{device}]
     log:
         f"{RESULTS}/logs/{{scale}}/runtime-{{device}}.log",
     shell:
-        "hwgptbench runtime --scale {wildcards.scale} {params.files} --data {input.data}"
+        "hwgptbench runtime --scale {wildcards.scale} {params.files} {params.vocab}"
         " --archs {input.archs} --device {wildcards.device} --out {output.runtime}"
         " --breakdown-out {output.breakdown} 2>&1 | tee {log}"
 

@@ -27,16 +27,20 @@ rule supernet:
 
 
 rule sample_archs:
-    """Sample the architectures of a scale that are evaluated and measured."""
+    """Sample the architectures of a scale that are evaluated and measured (from the space, or
+    from the imported perplexity table with perplexity.source hwgptbench)."""
     input:
         params=lambda wc: [PARAMS["sample"], PARAMS[f"spaces.{wc.scale}"]],
-        data=DATA_DIR,
+        **DATA_INPUT,
+        **({"table": f"{RESULTS}/{{scale}}/perplexity.parquet"} if IMPORTED else {}),
     output:
         f"{RESULTS}/{{scale}}/archs.parquet",
     params:
         files=params_flags,
+        vocab=vocab_flag,
+        among=lambda wc, input: f"--from-table {input.table}" if IMPORTED else "",
     log:
         f"{RESULTS}/logs/{{scale}}/sample_archs.log",
     shell:
-        "hwgptbench sample --scale {wildcards.scale} {params.files} --data {input.data}"
-        " --out {output} 2>&1 | tee {log}"
+        "hwgptbench sample --scale {wildcards.scale} {params.files} {params.vocab}"
+        " {params.among} --out {output} 2>&1 | tee {log}"

@@ -2,17 +2,18 @@ rule surrogates_perplexity:
     """Fit and cross-validate the perplexity surrogates of a scale."""
     input:
         params=lambda wc: [PARAMS["surrogate"], PARAMS[f"spaces.{wc.scale}"]],
-        data=DATA_DIR,
+        **DATA_INPUT,
         perplexity=rules.perplexity.output[0],
     output:
         directory(f"{RESULTS}/{{scale}}/surrogates/perplexity"),
     params:
         files=params_flags,
+        vocab=vocab_flag,
     threads: workflow.cores
     log:
         f"{RESULTS}/logs/{{scale}}/surrogates_perplexity.log",
     shell:
-        "hwgptbench fit-surrogates --scale {wildcards.scale} {params.files} --data {input.data}"
+        "hwgptbench fit-surrogates --scale {wildcards.scale} {params.files} {params.vocab}"
         " --perplexity {input.perplexity} --out {output} 2>&1 | tee {log}"
 
 
@@ -20,18 +21,19 @@ rule surrogates_device:
     """Fit and cross-validate the hardware surrogates of one device of a scale."""
     input:
         params=lambda wc: [PARAMS["surrogate"], PARAMS[f"spaces.{wc.scale}"]],
-        data=DATA_DIR,
+        **DATA_INPUT,
         measurements=lambda wc: device_table(wc.scale, wc.device),
         runtime=lambda wc: runtime_tables(wc.scale, wc.device),
     output:
         directory(f"{RESULTS}/{{scale}}/surrogates/devices/{{device}}"),
     params:
         files=params_flags,
+        vocab=vocab_flag,
     threads: workflow.cores
     log:
         f"{RESULTS}/logs/{{scale}}/surrogates-{{device}}.log",
     shell:
-        "hwgptbench fit-surrogates --scale {wildcards.scale} {params.files} --data {input.data}"
+        "hwgptbench fit-surrogates --scale {wildcards.scale} {params.files} {params.vocab}"
         " --measurements {input.measurements} --runtime {input.runtime} --out {output}"
         " 2>&1 | tee {log}"
 

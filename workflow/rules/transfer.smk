@@ -3,16 +3,17 @@ rule transfer:
     every measured (device, condition) held out in turn, adapted from k of its archs."""
     input:
         params=lambda wc: [PARAMS["transfer"], PARAMS[f"spaces.{wc.scale}"]],
-        data=DATA_DIR,
+        **DATA_INPUT,
         measurements=rules.measurements.output[0],
     output:
         quality=f"{RESULTS}/{{scale}}/transfer/quality.parquet",
         summary=f"{RESULTS}/{{scale}}/transfer/summary.parquet",
     params:
         files=params_flags,
+        vocab=vocab_flag,
     log:
         f"{RESULTS}/logs/{{scale}}/transfer.log",
     shell:
-        "hwgptbench transfer --scale {wildcards.scale} {params.files} --data {input.data}"
+        "hwgptbench transfer --scale {wildcards.scale} {params.files} {params.vocab}"
         " --measurements {input.measurements} --out {output.quality}"
         " --summary-out {output.summary} 2>&1 | tee {log}"

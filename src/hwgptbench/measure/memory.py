@@ -9,7 +9,9 @@ CUDA: allocator statistics in this process (``reset_peak_memory_stats``, ``memor
 before the forward, ``max_memory_allocated`` after it).
 
 CPU: there is no allocator counter, so the peak resident set size of a fresh process is read:
-one 'spawn' subprocess per (arch, dtype, batch, length), about 2 s, most of it importing torch.
+one subprocess per (arch, dtype, batch, length), forked from a 'forkserver' process that has
+imported torch and this module but never built a model or run an op (so no thread pool is
+forked); a 'spawn' subprocess, where there is no forkserver, spends about 2 s importing torch.
 A process cannot measure a second model: the peak is a high-water mark, and memory freed by the
 first model largely stays mapped in the allocator, so the second would grow into it unseen. The
 peak is the memory map's high-water mark ``VmHWM`` of /proc/self/status rather than
@@ -32,6 +34,7 @@ import multiprocessing as mp
 import resource
 import signal
 import sys
+from functools import cache
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -145,10 +148,21 @@ def _child(conn: Connection, threads: int, args: tuple[Any, ...]) -> None:
         conn.close()
 
 
+@cache
+def _fresh_processes() -> Any:
+    """The multiprocessing context of the memory subprocesses: forkserver with torch and this
+    module preloaded, else spawn (see module doc)."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
+
+
 def cpu_memory(space: SearchSpace, arch: Arch, vocab_size: int, dtype: torch.dtype,
                batch_size: int, seq_len: int, seed: int, threads: int) -> dict[str, Any]:
     """Memory of one CPU forward of arch, measured in a fresh subprocess (see module doc)."""
-    ctx = mp.get_context("spawn")
+    ctx = _fresh_processes()
     receiver, sender = ctx.Pipe(duplex=False)
     args = (space, arch, vocab_size, dtype, batch_size, seq_len, seed)
     process = ctx.Process(target=_child, args=(sender, threads, args), daemon=True)
