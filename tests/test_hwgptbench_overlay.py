@@ -38,6 +38,16 @@ def test_overlay_dag_imports_perplexity_and_samples_from_it(tmp_path: Path) -> N
     assert "--vocab-size 50304" in out and "--data " not in out
 
 
+def test_overlay_selects_m_and_l(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    (project / "ml.yaml").write_text(yaml.safe_dump({"workflow": {"scales": ["m", "l"]}}))
+    out = run(["snakemake", "--configfile", "params/hwgptbench.yaml", "ml.yaml", "-n"],
+              project).stdout
+    counts = job_counts(out)
+    assert counts["perplexity"] == counts["measure"] == counts["figures_of_scale"] == 2
+    assert "fetch-hwgptbench --scale m" in out and "fetch-hwgptbench --scale l" in out
+
+
 def test_overlay_names_unpublished_scales_and_single_fidelity_algorithms(tmp_path: Path
                                                                          ) -> None:
     extra = tmp_path / "extra.yaml"

@@ -1,11 +1,11 @@
 """The figures stage: every figure, table and DVC plot file of a scale, from result tables only.
 
 Reads ``results/{scale}/``: perplexity.parquet, measurements.parquet,
-surrogates/{quality,predictions}.parquet, supernet/loss.parquet (where a supernet was trained), search/{final,attainment}.parquet,
-transfer/{quality,summary}.parquet, runtime.parquet, breakdown.parquet and the search run
-tables. Writes ``figures/`` (PNG + SVG),
-``tables/`` (CSV + Markdown) and ``plots/`` (CSV for ``dvc plots``). Nothing is trained, measured or predicted here, so after
-``dvc pull`` the figures regenerate in seconds.
+surrogates/{quality,predictions}.parquet, supernet/loss.parquet (where a supernet was
+trained), search/{final,attainment}.parquet, transfer/{quality,summary}.parquet,
+runtime.parquet, breakdown.parquet and the search run tables. Writes ``figures/`` (PNG +
+SVG), ``tables/`` (CSV + Markdown) and ``plots/`` (CSV for ``dvc plots``). Nothing is trained,
+measured or predicted here, so after ``dvc pull`` the figures regenerate in seconds.
 """
 
 from __future__ import annotations

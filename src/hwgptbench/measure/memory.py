@@ -149,10 +149,10 @@ def _child(conn: Connection, threads: int, args: tuple[Any, ...]) -> None:
 
 
 @cache
-def _fresh_processes() -> Any:
+def _fresh_processes(method: str) -> Any:
     """The multiprocessing context of the memory subprocesses: forkserver with torch and this
-    module preloaded, else spawn (see module doc)."""
-    if "forkserver" not in mp.get_all_start_methods():
+    module preloaded (spawn where there is no forkserver, or when asked; see module doc)."""
+    if method != "forkserver" or method not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload([__name__])
@@ -160,9 +160,11 @@ def _fresh_processes() -> Any:
 
 
 def cpu_memory(space: SearchSpace, arch: Arch, vocab_size: int, dtype: torch.dtype,
-               batch_size: int, seq_len: int, seed: int, threads: int) -> dict[str, Any]:
-    """Memory of one CPU forward of arch, measured in a fresh subprocess (see module doc)."""
-    ctx = _fresh_processes()
+               batch_size: int, seq_len: int, seed: int, threads: int,
+               start_method: str = "forkserver") -> dict[str, Any]:
+    """Memory of one CPU forward of arch, measured in a fresh subprocess (see module doc);
+    ``start_method`` spawn starts it from scratch (benchmarks/memory_subprocess.py)."""
+    ctx = _fresh_processes(start_method)
     receiver, sender = ctx.Pipe(duplex=False)
     args = (space, arch, vocab_size, dtype, batch_size, seq_len, seed)
     process = ctx.Process(target=_child, args=(sender, threads, args), daemon=True)
