@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 
 from hwgptbench import figures
+from hwgptbench.figures.benchmark import perplexity_label
 from hwgptbench.figures.search import mean_band, step_values
 from hwgptbench.figures.style import algorithm_color, metric_label
 from hwgptbench.figures.tables import format_float
@@ -213,3 +214,11 @@ def test_format_float() -> None:
     assert [format_float(v) for v in (0.97396, 1082.87, 123456.7, None)] == [
         "0.9740", "1083", "123457", "n/a"]
     assert format_float(0.1 + 0.2, None) == "0.30000000000000004"
+
+
+def test_perplexity_label_names_the_source_of_imported_perplexities() -> None:
+    trained = pl.DataFrame({"arch_id": ["a"], "train_steps": [300], "perplexity": [9.0]})
+    assert perplexity_label(trained) == "perplexity (300 training steps)"
+    imported = trained.with_columns(
+        train_steps=pl.lit(1), source=pl.lit("github.com/automl/HW-GPT-Bench@795cba81"))
+    assert perplexity_label(imported) == "perplexity (published by HW-GPT-Bench)"

@@ -51,13 +51,22 @@ def _draw_front(ax: Axes, x: np.ndarray, y: np.ndarray, color: str = FRONT_COLOR
     return int(mask.sum())
 
 
+def perplexity_label(perplexity: pl.DataFrame) -> str:
+    """Axis label naming where the perplexities come from: the imported repository
+    (``source`` column, ``host/owner/name@commit``) or the supernet's training steps."""
+    if "source" in perplexity.columns and perplexity["source"].drop_nulls().len():
+        repository = perplexity["source"].drop_nulls()[0].split("@")[0].rsplit("/", 1)[-1]
+        return f"perplexity (published by {repository})"
+    return f"perplexity ({int(perplexity['train_steps'].max())} training steps)"
+
+
 @styled
 def pareto_fronts(perplexity: pl.DataFrame, measurements: pl.DataFrame, out_stem: PathLike,
                   metric: str = "latency_ms") -> list[Path]:
     """Perplexity (largest ``train_steps``) against a hardware metric of every measured arch,
     Pareto front highlighted; one panel per (device, condition)."""
     ppl = fully_trained(perplexity).select("arch_id", "perplexity")
-    steps = int(perplexity["train_steps"].max())
+    label = perplexity_label(perplexity)
     table = measured(measurements)
     if not _has_values(table, metric, "pareto_fronts"):
         return []
@@ -72,7 +81,7 @@ def pareto_fronts(perplexity: pl.DataFrame, measurements: pl.DataFrame, out_stem
         n_front = _draw_front(ax, x, y)
         ax.set_title(f"{device}\n{condition}: {n_front} of {len(part)} on the front")
         ax.set_xlabel(metric_label(metric))
-        ax.set_ylabel(f"perplexity ({steps} training steps)")
+        ax.set_ylabel(label)
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
     fig.legend([Line2D([], [], color=CLOUD_COLOR, marker="o", linestyle=""),
