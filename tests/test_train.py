@@ -48,8 +48,8 @@ def test_windows_are_shifted_and_seeded(shakespeare: Path) -> None:
 
 
 def _states_equal(a: Path, b: Path) -> None:
-    _weights_equal(torch.load(a, weights_only=False)["model"],
-                   torch.load(b, weights_only=False)["model"])
+    _weights_equal(torch.load(a, weights_only=True)["model"],
+                   torch.load(b, weights_only=True)["model"])
 
 
 def _weights_equal(state_a: dict[str, torch.Tensor], state_b: dict[str, torch.Tensor]) -> None:
@@ -64,7 +64,7 @@ def test_resume_gives_identical_weights(shakespeare: Path, tmp_path: Path) -> No
     assert train.train(CONFIG, SMALL_SPACE, shards, tmp_path / "b", tmp_path / "b_work",
                        stop_after=3) is None
     assert not (tmp_path / "b" / train.SUPERNET).exists()
-    assert torch.load(tmp_path / "b_work" / train.CHECKPOINT, weights_only=False)["step"] == 3
+    assert torch.load(tmp_path / "b_work" / train.CHECKPOINT, weights_only=True)["step"] == 3
     snapshot = train.snapshot_name(2)
     assert (tmp_path / "b_work" / snapshot).exists()  # taken before the kill at step 3
     resumed = train.train(CONFIG, SMALL_SPACE, shards, tmp_path / "b", tmp_path / "b_work")
@@ -104,13 +104,13 @@ def test_snapshot_is_the_model_at_its_step(shakespeare: Path, tmp_path: Path) ->
     shards = TokenShards.open(shakespeare)
     cfg = replace(CONFIG, checkpoint_every=2, snapshots=(2, 4))
     train.train(cfg, SMALL_SPACE, shards, tmp_path / "killed", tmp_path / "kw", stop_after=4)
-    checkpoint = torch.load(tmp_path / "kw" / train.CHECKPOINT, weights_only=False)
+    checkpoint = torch.load(tmp_path / "kw" / train.CHECKPOINT, weights_only=True)
     assert checkpoint["step"] == 4
     final = train.train(cfg, SMALL_SPACE, shards, tmp_path / "o", tmp_path / "w")
-    snapshot = torch.load(tmp_path / "o" / train.snapshot_name(4), weights_only=False)
+    snapshot = torch.load(tmp_path / "o" / train.snapshot_name(4), weights_only=True)
     _weights_equal(snapshot["model"], checkpoint["model"])
     assert snapshot["steps"] == 4 and snapshot["format"] == train.FORMAT
-    assert snapshot["fingerprint"] == torch.load(final, weights_only=False)["fingerprint"]
+    assert snapshot["fingerprint"] == torch.load(final, weights_only=True)["fingerprint"]
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [
         "loss.parquet", "supernet-step-2.pt", "supernet-step-4.pt", "supernet.pt"]
     # a rerun with fewer snapshots drops the others from the output folder
@@ -126,6 +126,28 @@ def test_resume_without_its_snapshot_says_how_to_recover(shakespeare: Path, tmp_
     (tmp_path / "w" / train.snapshot_name(2)).unlink()
     with pytest.raises(RuntimeError, match="snapshot of step 2.*delete .*checkpoint.pt"):
         train.train(CONFIG, SMALL_SPACE, shards, tmp_path / "o", tmp_path / "w")
+
+
+def test_truncated_checkpoint_names_the_file_and_the_way_out(shakespeare: Path, tmp_path: Path
+                                                             ) -> None:
+    shards = TokenShards.open(shakespeare)
+    train.train(CONFIG, SMALL_SPACE, shards, tmp_path / "o", tmp_path / "w", stop_after=3)
+    checkpoint = tmp_path / "w" / train.CHECKPOINT
+    checkpoint.write_bytes(checkpoint.read_bytes()[:1000])
+    with pytest.raises(train.TorchFileError,
+                       match=f"{checkpoint} cannot be read .*delete it and rerun: training "
+                             "restarts from step 0"):
+        train.train(CONFIG, SMALL_SPACE, shards, tmp_path / "o", tmp_path / "w")
+    checkpoint.unlink()  # as the message says: the rerun trains from step 0
+    assert train.train(CONFIG, SMALL_SPACE, shards, tmp_path / "o", tmp_path / "w").exists()
+
+
+def test_a_supernet_file_is_read_as_data_only(tmp_path: Path) -> None:
+    """A pulled or given file that would run code when unpickled is refused, with the fix."""
+    path = tmp_path / train.SUPERNET
+    torch.save({"format": train.FORMAT, "steps": 1, "payload": print}, path)
+    with pytest.raises(train.TorchFileError, match=f"{path} cannot be read .*make pull"):
+        train.read_supernet_file(path)
 
 
 @pytest.mark.parametrize(("snapshots", "message"), [

@@ -28,6 +28,7 @@ import hashlib
 import logging
 import math
 import os
+import pickle
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -219,6 +220,32 @@ def save_torch(obj: Any, path: Path) -> None:
         torch.save(obj, tmp)
 
 
+SUPERNET_FIX = ("delete it and rerun: the supernet rule trains it again, or `make pull` fetches "
+                "it from the DVC remote")
+
+
+class TorchFileError(ValueError):
+    """A torch file that cannot be read: truncated, corrupt, or holding more than data."""
+
+
+def load_torch(path: str | Path, fix: str, device: str | torch.device = "cpu",
+               mmap: bool = False) -> Any:
+    """The contents of a file written by :func:`save_torch`, read as data only (tensors,
+    containers, numbers and strings; ``weights_only``: a pulled or given file runs no code).
+    A file that cannot be read raises :class:`TorchFileError` naming it and ``fix``, what to
+    do about it."""
+    try:
+        return torch.load(path, map_location=device, weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as err:
+        raise TorchFileError(f"{path} cannot be read (it holds objects other than tensors and "
+                             f"plain data, refused unread): {fix}") from err
+    except (RuntimeError, EOFError, OSError, ValueError) as err:
+        if isinstance(err, FileNotFoundError):
+            raise
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise TorchFileError(f"{path} cannot be read ({first_line}): {fix}") from err
+
+
 def supernet_state(model: SuperGPT, space: SearchSpace, cfg: TrainConfig | None, steps: int,
                    fingerprint: str) -> dict[str, Any]:
     """What ``supernet.pt`` and each snapshot hold: the weights after ``steps`` steps, the
@@ -231,7 +258,7 @@ def supernet_state(model: SuperGPT, space: SearchSpace, cfg: TrainConfig | None,
 
 def read_supernet_file(path: str | Path, device: str | torch.device = "cpu") -> dict[str, Any]:
     """The contents of a supernet file (``supernet.pt``, a snapshot or imported weights)."""
-    state = torch.load(path, map_location=device, weights_only=False)
+    state = load_torch(path, SUPERNET_FIX, device)
     if state.get("format") != FORMAT:
         raise ValueError(f"{path} is not a supernet file of format {FORMAT}")
     return state
@@ -242,7 +269,7 @@ def publish_snapshots(cfg: TrainConfig, fingerprint: str, work_dir: Path, out_di
     """Copy this run's snapshots from ``work_dir`` to ``out_dir``; drop others from ``out_dir``."""
     for step in cfg.snapshots:
         source = work_dir / snapshot_name(step)
-        state = (torch.load(source, map_location="cpu", weights_only=False)
+        state = (load_torch(source, f"delete {work_dir / CHECKPOINT} to train anew")
                  if source.exists() else None)
         if state is None or state["fingerprint"] != fingerprint:
             raise RuntimeError(f"the snapshot of step {step} ({source}) is missing or from "
@@ -315,7 +342,9 @@ def train(cfg: TrainConfig, space: SearchSpace, shards: TokenShards, out_dir: st
     start = 0
     checkpoint_path = work_dir / CHECKPOINT
     if checkpoint_path.exists():
-        state = torch.load(checkpoint_path, map_location=device, weights_only=False)
+        state = load_torch(checkpoint_path, "delete it and rerun: training restarts from step 0 "
+                           "(an interrupted write never leaves one: it is written atomically)",
+                           device)
         if state["fingerprint"] == fingerprint:
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
@@ -407,7 +436,7 @@ def supernet_files(path: str | Path) -> dict[int, Path]:
     paths = [path, *sorted(p for p in path.parent.iterdir() if SNAPSHOT.fullmatch(p.name))]
     files: dict[int, Path] = {}
     for file in paths:
-        steps = torch.load(file, map_location="cpu", weights_only=False, mmap=True)["steps"]
+        steps = load_torch(file, SUPERNET_FIX, mmap=True)["steps"]
         if steps in files:
             raise ValueError(f"{files[steps]} and {file} both hold the supernet after {steps} "
                              "steps")

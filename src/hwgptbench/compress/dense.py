@@ -23,7 +23,7 @@ import torch
 from ..data import TokenShards
 from ..model import GPT, GPTConfig
 from ..space import Arch, SearchSpace
-from ..train import TrainConfig, load_supernet, save_torch, train
+from ..train import TrainConfig, load_supernet, load_torch, save_torch, train
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def save_dense(model: GPT, path: str | Path, origin: dict[str, Any]) -> None:
 
 def load_dense(path: str | Path, device: str | torch.device = "cpu") -> GPT:
     """The dense model of a file written by :func:`save_dense`, in eval mode."""
-    state = torch.load(path, map_location=device, weights_only=False)
+    state = load_torch(path, "delete it and rerun: the compress rule pretrains it again", device)
     if state.get("format") != FORMAT:
         raise ValueError(f"{path} is not a dense model file of format {FORMAT}")
     with torch.device(device):

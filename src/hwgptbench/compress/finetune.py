@@ -21,7 +21,8 @@ from ..data import TokenShards
 from ..io import atomic_path, canonical_json
 from ..model import GPT, SuperGPT
 from ..space import SearchSpace
-from ..train import TrainConfig, WindowSampler, save_torch, step_rng, supernet_state, train
+from ..train import (TrainConfig, WindowSampler, load_torch, save_torch, step_rng,
+                     supernet_state, train)
 from .dense import file_sha256, load_dense
 from .importance import LayerImportance, reorder, unit_importance
 
@@ -68,7 +69,7 @@ def write_imported(dense_path: str | Path, space: SearchSpace, shards: TokenShar
         {"dense": file_sha256(dense_path), "importance": importance,
          "space": space.to_dict()}).encode()).hexdigest()
     path = work_dir / IMPORTED
-    if path.exists() and torch.load(path, map_location="cpu", weights_only=False,
+    if path.exists() and load_torch(path, "delete it: it is rebuilt from the dense file",
                                     mmap=True)["fingerprint"] == fingerprint:
         return path
     dense = load_dense(dense_path)
