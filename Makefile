@@ -35,6 +35,7 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
 install: $(VENV)/.installed
 
 run: $(VENV)/.installed
+	hwgptbench unlock-stale
 	dvc repro
 	snakemake --report results/report.html
 	@echo "figures and tables: results/*/figures/, results/*/tables/; report: results/report.html"
@@ -43,6 +44,7 @@ run: $(VENV)/.installed
 # measured on this machine; rerun to resume (HWGPTBENCH_PARAMS: another overlay, e.g. a scale).
 HWGPTBENCH_PARAMS ?= params/hwgptbench.yaml
 hwgptbench: $(VENV)/.installed
+	hwgptbench unlock-stale
 	snakemake --configfile $(HWGPTBENCH_PARAMS) --resources dvc=1
 	snakemake --configfile $(HWGPTBENCH_PARAMS) --report results/report-hwgptbench.html
 	@echo "figures and tables: results/s/figures/, results/s/tables/; report: results/report-hwgptbench.html"

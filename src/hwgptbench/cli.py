@@ -36,7 +36,8 @@ _USER_ERRORS = {"hwgptbench.params": "ParamsError", "hwgptbench.data": "CorpusUn
                 "hwgptbench.space": "InvalidArchError",
                 "hwgptbench.transfer.targets": "TransferError",
                 "hwgptbench.hwgpt_import": "PublishedDataError",
-                "hwgptbench.measure.plan": "MemoryPlanError"}
+                "hwgptbench.measure.plan": "MemoryPlanError",
+                "hwgptbench.locks": "LockHeldError"}
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -429,6 +430,13 @@ def cmd_figures(args: argparse.Namespace) -> None:
     report.render(Path(args.results) / args.scale, args.runs)
 
 
+def cmd_unlock_stale(args: argparse.Namespace) -> None:
+    """Remove the Snakemake and DVC locks of an interrupted run, when none still runs here."""
+    from . import locks
+
+    locks.clear_stale_locks(Path(args.project))
+
+
 def cmd_pull(args: argparse.Namespace) -> None:
     """Fetch results from the DVC remote; mark those that are current up to date for Snakemake."""
     from . import sync
@@ -614,6 +622,8 @@ def build_parser() -> argparse.ArgumentParser:
     command = add("figures", cmd_figures, params=False)
     _scale_and_results(command)
     command.add_argument("runs", nargs="+", help="algorithm folders of search runs")
+    command = add("unlock-stale", cmd_unlock_stale, params=False)
+    command.add_argument("--project", default=".", help="project folder (default: .)")
     command = add("pull", cmd_pull, params=False)
     command.add_argument("targets", nargs="*", help="stages to pull (default: all)")
     command.add_argument("--remote", help="DVC remote name (default: the configured default)")
