@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 
 from conftest import run
 from hwgptbench import Benchmark, surrogates
-from hwgptbench.api import QueryError
+from hwgptbench.api import QueryError, closest_conditions, measured_default
 from hwgptbench.space import SearchSpace
 from hwgptbench.surrogate.features import analytic_counts
 
@@ -148,7 +149,6 @@ def test_fidelity_selects_the_perplexity_of_a_snapshot(results: Path) -> None:
     ({"metrics": "flops_per_watt", "device": DEVICE}, "unknown metric 'flops_per_watt'; "
                                                       "available: latency_ms"),
     ({"metrics": "latency_ms", "device": "gpu-x"}, "unknown device 'gpu-x'; available: " + DEVICE),
-    ({"metrics": "latency_ms"}, "needs a device; available: " + DEVICE),
     ({"metrics": "latency_ms", "device": DEVICE, "condition": "b8-t128-fp32-eager"},
      "available: b1-t128-fp32-eager"),
     ({"metrics": "latency_ms", "device": DEVICE, "mode": "guess"}, "unknown mode 'guess'"),
@@ -158,6 +158,36 @@ def test_unknown_names_list_what_is_available(results: Path, kwargs: dict, messa
     bench = Benchmark.load("tiny", results)
     with pytest.raises(QueryError, match=message.replace("(", r"\(")):
         bench.query(bench.sample(2), **kwargs)
+
+
+def test_one_device_and_the_measured_default_condition_need_no_naming(results: Path,
+                                                                      tmp_path: Path) -> None:
+    bench = Benchmark.load("tiny", results)
+    archs = bench.sample(5, seed=2)
+    named = bench.query(archs, "latency_ms", device=DEVICE, condition="b1-t128-fp32-eager")
+    assert bench.query(archs, "latency_ms").equals(named)  # the only device and condition
+    # several conditions: the one the measure params list first is taken ...
+    entry = bench.index.filter(pl.col("metric") == "latency_ms")
+    others = ["b1-t64-fp32-eager-decode16", "b1-t64-bf16-eager-train", "b4-t128-bf16-eager",
+              "b1-t128-bf16-eager", "b1-t64-fp32-eager", "b1-t64-fp32-eager-int8",
+              "b1-t64-fp32-eager-sdpa_math"]
+    index = pl.concat([bench.index, *(entry.with_columns(condition=pl.lit(c)) for c in others)])
+    params = tmp_path / ".params" / "measure.json"
+    params.parent.mkdir()
+    params.write_text(json.dumps({"measure": {"batch_sizes": [1, 4], "seq_lens": [128],
+                                              "dtypes": ["fp32", "bf16"],
+                                              "launch": ["eager", "cuda_graph"]}}))
+    default = measured_default(params)
+    assert default == "b1-t128-fp32-eager"
+    several = replace(bench, index=index, default_condition=default, _entries={})
+    assert several.query(archs, "latency_ms").equals(named)
+    # ... and without measure params the error shows the likeliest few first
+    unknown = replace(several, default_condition=None, _entries={})
+    with pytest.raises(QueryError, match=r"several conditions for 'latency_ms'; choose one, "
+                                         r"e.g. b1-t64-fp32-eager, .* \(\+3 more"):
+        unknown.query(archs, "latency_ms")
+    assert closest_conditions(others, default)[:3] == [  # 3 of 4 parts alike, then 2
+        "b1-t64-fp32-eager", "b1-t128-bf16-eager", "b1-t64-fp32-eager-int8"]
 
 
 def test_missing_surrogates_and_unknown_family(results: Path, tmp_path: Path) -> None:

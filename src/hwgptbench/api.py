@@ -11,6 +11,10 @@
 A condition is an id or a dict of condition fields (:class:`~hwgptbench.measure.Condition`):
 fields left out match any shape (batch, length, dtype, launch, gen_len) and the default of each
 runtime option (attention, quant, compile, recompute); it must match exactly one condition.
+Left out, the device is the only one there is and the condition the one the measure params of
+the run define first (``results/.params/measure.json``: first batch size, sequence length,
+dtype and launch mode, e.g. ``b1-t128-fp32-eager``); where neither decides, the error lists the
+likeliest conditions first.
 
 One surrogate call per metric for the whole batch of archs; ``mode="measured"`` returns the
 measured values where an arch was measured and null elsewhere. ``fidelity=N`` asks for
@@ -48,6 +52,27 @@ class QueryError(ValueError):
     """A query names a device, metric, condition, family or mode the benchmark does not have."""
 
 
+PARAMS_FILE = Path(".params/measure.json")  # the measure params the results were made with
+SHOWN_CONDITIONS = 5
+
+
+def measured_default(params_file: Path) -> str | None:
+    """The default condition of the measure params in ``params_file``: the first batch size,
+    sequence length, dtype and launch mode (None without the file)."""
+    if not params_file.exists():
+        return None
+    measure = json.loads(params_file.read_text())["measure"]
+    return Condition(measure["batch_sizes"][0], measure["seq_lens"][0], measure["dtypes"][0],
+                     measure["launch"][0]).id
+
+
+def closest_conditions(conditions: Sequence[str], default: str | None) -> list[str]:
+    """The few conditions most like ``default`` (most id parts in common), most alike first."""
+    parts = set(default.split("-")) if default else set()
+    ranked = sorted(conditions, key=lambda c: (-len(parts & set(c.split("-"))), len(c), c))
+    return ranked[:SHOWN_CONDITIONS]
+
+
 def _choose(kind: str, value: Any, available: Sequence[str]) -> str:
     if value not in available:
         raise QueryError(f"unknown {kind} {value!r}; available: {', '.join(available) or 'none'}")
@@ -64,6 +89,7 @@ class Benchmark:
     family: str
     measurements: pl.DataFrame | None
     perplexities: pl.DataFrame | None
+    default_condition: str | None = None  # taken when a query names none (measure params)
     _models: dict[str, Surrogate] = field(default_factory=dict, repr=False)
     _entries: dict[tuple[str, str | None, str | None, int | None], dict[str, Any]] = field(
         default_factory=dict, repr=False)
@@ -112,7 +138,8 @@ class Benchmark:
         return cls(scale, space, pl.concat([chosen, adapted]).drop("space"), family,
                    with_condition_columns(pl.concat(measured, how="diagonal_relaxed"))
                    if measured else None,
-                   pl.read_parquet(perplexity) if perplexity.exists() else None)
+                   pl.read_parquet(perplexity) if perplexity.exists() else None,
+                   measured_default(Path(results_dir) / PARAMS_FILE))
 
     @property
     def devices(self) -> list[str]:
@@ -150,7 +177,10 @@ class Benchmark:
         return self._entries[key]
 
     def _checked_device(self, metric: str, device: str | None) -> str:
-        """The device of a hardware metric, which must be one of the benchmark's."""
+        """The device of a hardware metric, which must be one of the benchmark's (the only
+        one when none is given)."""
+        if device is None and len(self.devices) == 1:
+            return self.devices[0]
         if device is None:
             raise QueryError(f"metric {metric!r} needs a device; available: "
                              f"{', '.join(self.devices)}")
@@ -166,11 +196,16 @@ class Benchmark:
                                else pl.col("train_steps") == fidelity).row(0, named=True)
         device = self._checked_device(metric, device)
         conditions = self.conditions(device, metric)
-        if condition is None:
-            if len(conditions) != 1:
-                raise QueryError(f"device {device!r} has several conditions for {metric!r}; "
-                                 f"choose one of: {', '.join(conditions)}")
+        if condition is None and len(conditions) == 1:
             condition = conditions[0]
+        elif condition is None and self.default_condition in conditions:
+            condition = self.default_condition
+        elif condition is None:
+            likely = closest_conditions(conditions, self.default_condition)
+            more = f" (+{len(conditions) - len(likely)} more: Benchmark.conditions)" if len(
+                conditions) > len(likely) else ""
+            raise QueryError(f"device {device!r} has several conditions for {metric!r}; "
+                             f"choose one, e.g. {', '.join(likely)}{more}")
         _choose(f"condition of {metric!r} on {device!r}", condition, conditions)
         return self.index.filter((pl.col("metric") == metric) & (pl.col("device") == device)
                                  & (pl.col("condition") == condition)).row(0, named=True)

@@ -591,10 +591,12 @@ def build_parser() -> argparse.ArgumentParser:
     _vocab_source(command)
     command = add("query", cmd_query, params=False)
     _scale_and_results(command)
-    command.add_argument("--device", help="device label (see the quality table)")
+    command.add_argument("--device", help="device label (see the quality table; default: the "
+                                          "only device)")
     command.add_argument("--metric", action="append", required=True,
                          help="metric, repeatable: perplexity, latency_ms, energy_mj, ...")
-    command.add_argument("--condition", help="condition id, e.g. b1-t128-fp32-eager")
+    command.add_argument("--condition", help="condition id, e.g. b1-t128-fp32-eager (default: "
+                                             "the first the measure params define)")
     command.add_argument("--arch", action="append", help="arch id, repeatable")
     command.add_argument("--archs-file", help="file of arch ids, one per line")
     command.add_argument("--mode", choices=["surrogate", "measured"], default="surrogate")
