@@ -37,7 +37,8 @@ _USER_ERRORS = {"hwgptbench.params": "ParamsError", "hwgptbench.data": "CorpusUn
                 "hwgptbench.transfer.targets": "TransferError",
                 "hwgptbench.hwgpt_import": "PublishedDataError",
                 "hwgptbench.measure.plan": "MemoryPlanError",
-                "hwgptbench.locks": "LockHeldError"}
+                "hwgptbench.locks": "LockHeldError",
+                "hwgptbench.train": "TorchFileError"}
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

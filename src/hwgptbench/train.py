@@ -236,12 +236,12 @@ def load_torch(path: str | Path, fix: str, device: str | torch.device = "cpu",
     do about it."""
     try:
         return torch.load(path, map_location=device, weights_only=True, mmap=mmap)
+    except FileNotFoundError:
+        raise
     except pickle.UnpicklingError as err:
         raise TorchFileError(f"{path} cannot be read (it holds objects other than tensors and "
                              f"plain data, refused unread): {fix}") from err
     except (RuntimeError, EOFError, OSError, ValueError) as err:
-        if isinstance(err, FileNotFoundError):
-            raise
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise TorchFileError(f"{path} cannot be read ({first_line}): {fix}") from err
 
