@@ -239,8 +239,9 @@ def load_torch(path: str | Path, fix: str, device: str | torch.device = "cpu",
     except FileNotFoundError:
         raise
     except pickle.UnpicklingError as err:
-        raise TorchFileError(f"{path} cannot be read (it holds objects other than tensors and "
-                             f"plain data, refused unread): {fix}") from err
+        reason = ("it holds objects other than tensors and plain data, refused unread"
+                  if "Unsupported global" in str(err) else "corrupt or truncated")
+        raise TorchFileError(f"{path} cannot be read ({reason}): {fix}") from err
     except (RuntimeError, EOFError, OSError, ValueError) as err:
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise TorchFileError(f"{path} cannot be read ({first_line}): {fix}") from err
