@@ -12,7 +12,7 @@ export DVC_NO_ANALYTICS := 1
 
 help:
 	@echo "make run   - install into $(VENV) and run the workflow (dvc repro -> snakemake)"
-	@echo "make test  - install with the test extra and run the fast tests"
+	@echo "make test  - install with the test extra, lint (ruff) and run the fast tests"
 	@echo "make pull  - fetch results from the DVC remote and mark them up to date"
 	@echo "make hwgptbench - HW-GPT-Bench's s space: import its perplexities, measure 500 archs"
 	@echo "                  here, surrogates, search, figures (docs/paper_scale.md; resumes)"
@@ -53,4 +53,5 @@ pull: $(VENV)/.installed
 	hwgptbench pull
 
 test: $(VENV)/.installed-test
+	ruff check .
 	pytest

@@ -54,8 +54,9 @@ def main() -> None:
           f"{table.filter(pl.col('status') != 'ok')['status'].value_counts().to_dicts()}")
     print(f"  groups: {groups.height}, archs per group: {sorted(groups['len'].to_list())}")
     print(f"  group speed factors: {sorted(round(f, 4) for f in groups['latency_group_factor'])}")
-    print(f"  latency ms: median {ok['latency_ms'].median():.1f}, min {ok['latency_ms'].min():.1f}, "
-          f"max {ok['latency_ms'].max():.1f}; median CI {ok['latency_ci95_rel'].median():.2%}")
+    latency = ok["latency_ms"]
+    print(f"  latency ms: median {latency.median():.1f}, min {latency.min():.1f}, "
+          f"max {latency.max():.1f}; median CI {ok['latency_ci95_rel'].median():.2%}")
     print(f"  wall time {seconds / 60:.1f} min, peak RSS {peak_rss_bytes() / GB:.2f} GiB")
     print(f"  table: {Path(args.out).resolve()}")
 

@@ -72,7 +72,7 @@ def main() -> None:
         x = torch.randint(0, VOCAB, (args.batch, args.seq))
         models = {"fp32": model, **{m: quantize(model, m, x) for m in runnable}}
 
-        def forward(m: torch.nn.Module) -> torch.Tensor:
+        def forward(m: torch.nn.Module, x: torch.Tensor = x) -> torch.Tensor:
             with torch.inference_mode():
                 return m(x)
 
@@ -81,7 +81,7 @@ def main() -> None:
             max_repeats=300, target_rel_ci=0.01, max_seconds=args.max_seconds)
         base_ms, base_size = stats[0]["latency_ms"], model_size_bytes(model)
         base_linear = linear_weight_bytes(model)
-        for (name, m), row in zip(models.items(), stats):
+        for (name, m), row in zip(models.items(), stats, strict=True):
             size, linear = model_size_bytes(m), linear_weight_bytes(m)
             print(ROW.format(embed_dim, name, f"{row['latency_ms']:.2f}",
                              f"{row['latency_ci95_rel'] * 100:.1f}",

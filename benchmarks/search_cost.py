@@ -14,6 +14,7 @@ seeds (and at half the budget). Writes the numbers to --out as JSON too.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 from dataclasses import dataclass, field
@@ -51,7 +52,7 @@ def time_algorithm(problem, reference, name: str, budget: int, seeds: int,
         start = time.perf_counter()
         execute(evaluate, name, seed, options)
         total += time.perf_counter() - start
-        gaps = [b - a for a, b in zip(evaluate.times, evaluate.times[1:])]
+        gaps = [b - a for a, b in itertools.pairwise(evaluate.times)]
         last += gaps[-10:]
         table = trajectory(evaluate, name, seed)
         final.append(table["hypervolume"][-1])
@@ -90,7 +91,8 @@ def main() -> None:
             problem, reference, name, args.budget, seeds, options_of(name, section["options"]))
         results[name] = {"seeds": seeds, "total_s": round(total, 3),
                          "s_per_suggestion_at_end": round(per_suggestion, 4),
-                         "hv_final_mean": float(np.mean(final)), "hv_final_std": float(np.std(final)),
+                         "hv_final_mean": float(np.mean(final)),
+                         "hv_final_std": float(np.std(final)),
                          "hv_half_budget_mean": float(np.mean(half))}
         print(f"{name:7s} {seeds:3d} seeds x {args.budget} evaluations: {total:8.2f} s total, "
               f"{per_suggestion * 1e3:9.2f} ms per suggestion at the end; hypervolume "

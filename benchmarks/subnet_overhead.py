@@ -3,7 +3,8 @@
 For each case the two forwards (fp32, CPU, torch.inference_mode) are interleaved, alternating
 which goes first, after a warm-up; the script prints both medians and supernet / fixed.
 
-    python benchmarks/subnet_overhead.py [--threads 2] [--repeats 30] [--warmup 3] [--params params.yaml]
+    python benchmarks/subnet_overhead.py [--threads 2] [--repeats 30] [--warmup 3] \
+        [--params params.yaml]
 """
 
 from __future__ import annotations

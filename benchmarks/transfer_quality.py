@@ -29,8 +29,8 @@ import polars as pl
 
 from hwgptbench import data, params
 from hwgptbench.archs import write_table
-from hwgptbench.space import SearchSpace
 from hwgptbench.measure.condition import CONDITION_KEYS
+from hwgptbench.space import SearchSpace
 from hwgptbench.surrogates import with_condition_columns
 from hwgptbench.transfer import evaluate, retest, summarize
 

@@ -42,7 +42,7 @@ def synthetic_tables(n: int = 60) -> tuple[pl.DataFrame, pl.DataFrame]:
     perplexity = pl.concat([
         pl.DataFrame({"arch_id": ids, "params": params, "train_steps": steps,
                       "perplexity": final * factor})
-        for steps, factor in zip(FIDELITIES, (1.5, 1.0))])
+        for steps, factor in zip(FIDELITIES, (1.5, 1.0), strict=True)])
     rows = pl.DataFrame({
         "device": DEVICE, "arch_id": ids, "batch_size": 1, "seq_len": 128, "dtype": "fp32",
         "launch": "eager", "status": "ok", "latency_ms": flops / 1e8 * rng.uniform(0.97, 1.03, n),
@@ -209,7 +209,7 @@ def test_cli_query(results: Path, tmp_path: Path) -> None:
     expected = bench.query(ids, ["latency_ms", "perplexity"], device=DEVICE)
     assert table["arch_id"].to_list() == ids
     assert all(math.isclose(a, b, rel_tol=1e-9)
-               for a, b in zip(table["latency_ms"], expected["latency_ms"]))
+               for a, b in zip(table["latency_ms"], expected["latency_ms"], strict=True))
     printed = run(["hwgptbench", "query", "--results", str(results), "--metric", "perplexity",
                    "--arch", ids[0]], tmp_path).stdout
     assert ids[0] in printed

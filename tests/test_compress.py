@@ -10,6 +10,7 @@ import pytest
 import torch
 import yaml
 
+from conftest import REPO_ROOT
 from hwgptbench.compress.dense import load_dense, pretrain
 from hwgptbench.compress.evaluate import SubnetEvaluator
 from hwgptbench.compress.finetune import IMPORTANCE_TABLE, finetune
@@ -20,7 +21,6 @@ from hwgptbench.data import TokenShards
 from hwgptbench.perplexity import validation_batches
 from hwgptbench.space import SearchSpace
 from hwgptbench.train import TrainConfig, load_supernet
-from conftest import REPO_ROOT
 
 SECTION = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["compress"]
 SPACE = SECTION["space"] | {"embed_dim": [32], "n_layer": [1, 2], "n_head": [2, 4],

@@ -44,7 +44,7 @@ def test_reordering_keeps_the_function_and_sorts_the_units(section: dict) -> Non
         torch.testing.assert_close(model(x), before, atol=1e-5, rtol=1e-5)
     rescored = unit_importance(model, batches())
     group = space.max_n_head // max(space.n_kv_head, 1)
-    for layer, again in zip(scores, rescored):
+    for layer, again in zip(scores, rescored, strict=True):
         torch.testing.assert_close(again.heads, layer.heads, atol=1e-4, rtol=1e-4)
         assert (layer.channels[:-1] >= layer.channels[1:]).all()
         for start in range(0, space.max_n_head, group):  # descending within every group

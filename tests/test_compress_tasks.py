@@ -64,7 +64,7 @@ def test_items_are_a_function_of_the_seed(shards: list[np.ndarray]) -> None:
     b = build_cloze(shards, 30, 8, 4, 3, seed=1)
     c = build_cloze(shards, 30, 8, 4, 3, seed=2)
     assert all(torch.equal(x, y) for x, y in zip((a.context, a.choices, a.answer),
-                                                 (b.context, b.choices, b.answer)))
+                                                 (b.context, b.choices, b.answer), strict=True))
     assert not torch.equal(a.context, c.context)
     assert not torch.equal(a.answer, c.answer)
 
@@ -76,7 +76,8 @@ def test_items_follow_the_text_with_distinct_distractors(shards: list[np.ndarray
     assert items.chance == 0.25
     counts = torch.bincount(items.answer, minlength=4)
     assert len(counts) == 4 and counts.min() >= 30  # the answer's index is random
-    for context, choices, answer in zip(items.context[:40], items.choices[:40], items.answer):
+    first = zip(items.context[:40], items.choices[:40], items.answer[:40], strict=True)
+    for context, choices, answer in first:
         assert occurs(torch.cat([context, choices[answer]]), shards)
         assert all(occurs(choice, shards) for choice in choices)
         assert len({tuple(choice.tolist()) for choice in choices}) == 4
@@ -223,7 +224,7 @@ def test_adapter_loglikelihood_equals_direct_scoring(tokenizer: Tokenizer) -> No
         tokens = (ids[0] + ids[1])[-65:]
         expected.append(direct_loglik(model, tokens[:-len(ids[1])], ids[1]))
     assert len(encode(long_context)) > 64  # the last pair is truncated to the context
-    for (logprob, greedy), (want, want_greedy) in zip(got, expected):
+    for (logprob, greedy), (want, want_greedy) in zip(got, expected, strict=True):
         assert logprob == pytest.approx(want, abs=1e-4) and greedy == want_greedy
 
 

@@ -13,7 +13,6 @@ import torch
 
 from hwgptbench import perplexity, train
 from hwgptbench.data import TokenShards
-
 from test_train import CONFIG, SMALL_SPACE
 
 pytestmark = [pytest.mark.gpu,

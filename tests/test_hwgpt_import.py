@@ -154,7 +154,7 @@ def test_convert_counts_duplicates_and_archs_outside_the_space(
     assert table["arch_id"].to_list() == [a.id for a in s]  # order of first publication
     assert all(Arch.from_id(i).id == i for i in table["arch_id"])
     assert set(table["source"]) == {label(str(repo), first)}
-    by_id = dict(zip(table["arch_id"], table["perplexity"]))
+    by_id = dict(zip(table["arch_id"], table["perplexity"], strict=True))
     assert by_id[s[0].id] == pytest.approx(math.sqrt(33.0 * 36.0))  # geometric mean
     assert by_id[s[1].id] == 30.0  # published once: kept exactly
     assert table["val_loss"].to_list() == pytest.approx([math.log(p) for p in table["perplexity"]])

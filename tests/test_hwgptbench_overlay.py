@@ -67,7 +67,7 @@ def test_sample_from_keeps_the_extremes_and_draws_the_rest_from_the_candidates()
     assert table.height == 12 and table["arch_id"].n_unique() == 12
     assert set(table["arch_id"]) <= set(candidates)
     counts = {i: S_SPACE.n_params(Arch.from_id(i), 50304) for i in candidates}
-    ends = dict(zip(table["kind"][:2], table["arch_id"][:2]))
+    ends = dict(zip(table["kind"][:2], table["arch_id"][:2], strict=True))
     assert counts[ends["smallest"]] == min(counts.values())
     assert counts[ends["largest"]] == max(counts.values())
     again = archs.sample_from(S_SPACE, candidates, 10, seed=1, vocab_size=50304)
@@ -84,7 +84,7 @@ def _upstream(path: Path, n: int) -> str:
     counts = [S_SPACE.n_params(a, 50304) for a in s_archs]
     rows = {p: [] for paths in FILES.values() for p in paths}
     rows["arch_ppl_bench_s/ppl.pkl"] = [_row("s", a, 60.0 - c / 4e6)
-                                        for a, c in zip(s_archs, counts)]
+                                        for a, c in zip(s_archs, counts, strict=True)]
     return _commit(path, rows, "published")
 
 

@@ -7,8 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from hwgptbench.io import (atomic_dir, atomic_path, atomic_write_json, atomic_write_text,
-                           remove_stale_staging, sha256_file)
+from hwgptbench.io import (
+    atomic_dir,
+    atomic_path,
+    atomic_write_json,
+    atomic_write_text,
+    remove_stale_staging,
+    sha256_file,
+)
 
 
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path: Path) -> None:

@@ -81,8 +81,9 @@ def test_a_killed_snakemake_run_is_unlocked_and_reruns(tmp_path: Path,
     project.mkdir()
     (project / "Snakefile").write_text(SNAKEFILE)
     snakemake = [sys.executable, str(Path(sys.executable).parent / "snakemake"), "--cores", "1"]
-    run = subprocess.Popen([*snakemake, "--config", "wait=60"], cwd=project, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, start_new_session=True)
+    run = subprocess.Popen([*snakemake, "--config", "wait=60"], cwd=project,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
     try:
         deadline = time.monotonic() + 60
         while not list((project / locks.SNAKEMAKE_LOCKS).glob("*.lock")):

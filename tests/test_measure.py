@@ -29,8 +29,10 @@ from hwgptbench.measure import (
     cuda_graph_callable,
     cuda_memory,
     dtype_unsupported_reason,
+    energy,
     fingerprint,
     forward_flops,
+    latency,
     measure_arch,
     measure_energy,
     measure_latency,
@@ -38,9 +40,9 @@ from hwgptbench.measure import (
     median_ci_ranks,
     open_energy_meter,
     resolve_label,
+    runner,
     tensor_bytes,
 )
-from hwgptbench.measure import energy, latency, runner
 from hwgptbench.measure.energy import PowerSamplingMeter
 from hwgptbench.measure.latency import LATENCY_FIELDS, latency_stats, measure_latency_interleaved
 from hwgptbench.model import GPT, GPTConfig, SuperGPT

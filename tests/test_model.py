@@ -134,7 +134,7 @@ def expected_slices(arch: Arch, hs: int) -> dict[str, tuple[slice, ...]]:
     """Index into every supernet parameter of the part that arch uses."""
     e = slice(None, arch.embed_dim)
     used = {"wte.weight": (slice(None), e), "ln_f.weight": (e,), "ln_f.bias": (e,)}
-    for i, (h, hidden) in enumerate(zip(arch.n_head, arch.mlp_hidden)):
+    for i, (h, hidden) in enumerate(zip(arch.n_head, arch.mlp_hidden, strict=True)):
         a, f = slice(None, h * hs), slice(None, hidden)
         shapes = {"ln1": (e,), "ln2": (e,), "attn.q": (a, e), "attn.k": (a, e), "attn.v": (a, e),
                   "attn.proj": (e, a), "mlp.fc": (f, e), "mlp.proj": (e, f)}

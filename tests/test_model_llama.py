@@ -25,7 +25,7 @@ def supernet(space: SearchSpace) -> SuperGPT:
     torch.manual_seed(0)
     model = SuperGPT(space, VOCAB).eval()
     with torch.no_grad():  # norm gains away from 1, so a wrong slice of them shows
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.dim() == 1:
                 p.uniform_(0.5, 1.5)
     return model

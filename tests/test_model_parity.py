@@ -46,7 +46,7 @@ def trained_shapes(arch: Arch, vocab_size: int) -> list[tuple[int, ...]]:
     # gpt/model.py: transformer.wte.weight = lm_head.weight (one tied (V, E) slice, no LM-head
     # bias since lm_head_bias is false); ln_f is a LayerNormSuper.
     shapes: list[tuple[int, ...]] = [(vocab_size, e), (e,), (e,)]
-    for n_head, ratio in zip(arch.n_head, arch.mlp_ratio):
+    for n_head, ratio in zip(arch.n_head, arch.mlp_ratio, strict=True):
         a = n_head * HEAD_SIZE  # head_size fixed at 64: attention width independent of E
         hidden = ratio * e  # lm_trainer_configurable.py: sample_mlp_ratio[i] * sample_embed_dim
         # gpt/super_modules/layernorm_super.py: a torch LayerNorm sliced to E, weight and bias

@@ -28,8 +28,9 @@ def test_paper_dag_plans_every_scale_device_and_search_in_seconds(tmp_path: Path
     scales = len(PAPER["workflow"]["scales"])
     devices = len(PAPER["workflow"]["devices"])
     assert devices == 13 and devices == len(PAPER["cluster"]["devices"])
+    algorithms = yaml.safe_load((project / "params.yaml").read_text())["search"]["algorithms"]
     searches = (len(PAPER["search"]["objectives"]) * len(PAPER["search"]["devices"])
-                * len(yaml.safe_load((project / "params.yaml").read_text())["search"]["algorithms"]))
+                * len(algorithms))
     counts = job_counts(out)
     assert counts["supernet"] == counts["perplexity"] == scales
     assert counts["measure"] == scales * devices * PAPER["measure"]["shards"]

@@ -27,7 +27,7 @@ def test_sample_table_has_ends_and_distinct_sampled_archs() -> None:
     assert table.equals(archs.sample_table(SPACE, 20, seed=3, vocab_size=100))
     ids = archs.sample_table(SPACE, 20, seed=4, vocab_size=100)["arch_id"].to_list()
     assert ids != table["arch_id"].to_list()
-    for arch, count in zip(archs.read_archs_from(table), table["params"]):
+    for arch, count in zip(archs.read_archs_from(table), table["params"], strict=True):
         assert SPACE.n_params(arch, 100) == count
 
 
@@ -35,7 +35,7 @@ def test_validation_batches_are_fixed_by_seed(shakespeare: Path) -> None:
     val = TokenShards.open(shakespeare).split("val")
     a = perplexity.validation_batches(val, 32, 3, 4, seed=1)
     b = perplexity.validation_batches(val, 32, 3, 4, seed=1)
-    assert all(torch.equal(xa, xb) for (xa, _), (xb, _) in zip(a, b))
+    assert all(torch.equal(xa, xb) for (xa, _), (xb, _) in zip(a, b, strict=True))
 
 
 def test_inherited_perplexity_equals_the_extracted_model(shakespeare: Path) -> None:
@@ -46,7 +46,7 @@ def test_inherited_perplexity_equals_the_extracted_model(shakespeare: Path) -> N
     chosen = [SPACE.smallest(), SPACE.largest(), *SPACE.sample(3, seed=2)]
     table = perplexity.evaluate(model, chosen, batches, torch.device("cpu"))
     assert table["arch_id"].to_list() == [a.id for a in chosen]
-    for arch, loss, ppl in zip(chosen, table["val_loss"], table["perplexity"]):
+    for arch, loss, ppl in zip(chosen, table["val_loss"], table["perplexity"], strict=True):
         fixed = model.extract(arch).eval()
         with torch.no_grad():
             expected = sum(float(fixed(x, y)[1]) for x, y in batches) / len(batches)

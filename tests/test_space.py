@@ -217,7 +217,7 @@ def test_n_params_closed_form_by_hand() -> None:
     arch = Arch(64, 2, (2, 4), (2, 3), True)
     e, v, hs = 64, 100, 16
     layers = 0
-    for h, r in zip(arch.n_head, arch.mlp_ratio):
+    for h, r in zip(arch.n_head, arch.mlp_ratio, strict=True):
         a, f = h * hs, r * e
         layers += 2 * 2 * e + (e * 3 * a + 3 * a) + (a * e + e) + (e * f + f) + (f * e + e)
     assert sp.n_params(arch, v) == v * e + layers + 2 * e

@@ -87,7 +87,7 @@ def test_fits_are_bit_identical(family: str) -> None:
     X, y = smooth_data(200, seed=0)
     first, second = FAMILIES[family]().fit(X, y), FAMILIES[family]().fit(X, y)
     np.testing.assert_array_equal(first.predict(X), second.predict(X))
-    for a, b in zip(first.predict_interval(X), second.predict_interval(X)):
+    for a, b in zip(first.predict_interval(X), second.predict_interval(X), strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -150,7 +150,7 @@ def test_store_round_trip(tmp_path: Path, family: str) -> None:
     loaded, meta = load_surrogate(folder, expected_space=sp)
     assert type(loaded) is type(model)
     np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
-    for a, b in zip(loaded.predict_interval(X), model.predict_interval(X)):
+    for a, b in zip(loaded.predict_interval(X), model.predict_interval(X), strict=True):
         np.testing.assert_array_equal(a, b)
     assert meta["family"] == family and meta["feature_names"] == feature_names(sp)
     assert meta["metric"] == "latency_ms" and meta["training_rows"] == 120

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,7 +28,7 @@ def test_lr_schedule_warms_up_then_decays_to_floor() -> None:
     cfg = replace(CONFIG, steps=100, warmup_steps=10)
     factors = [train.lr_factor(s, cfg) for s in range(101)]
     assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
-    assert all(a >= b for a, b in zip(factors[10:], factors[11:]))
+    assert all(a >= b for a, b in itertools.pairwise(factors[10:]))
     assert factors[100] == pytest.approx(cfg.min_lr_ratio)
 
 

@@ -18,8 +18,13 @@ from hwgptbench.surrogate.features import analytic_counts
 from hwgptbench.surrogate.quality import fold_indices
 from hwgptbench.transfer import TransferError, evaluate, retest, summarize
 from hwgptbench.transfer.adapt import adapt_device
-from hwgptbench.transfer.evaluate import (Case, adapt_predictions, held_out_case, scores,
-                                         source_indices)
+from hwgptbench.transfer.evaluate import (
+    Case,
+    adapt_predictions,
+    held_out_case,
+    scores,
+    source_indices,
+)
 from hwgptbench.transfer.methods import make_method
 from hwgptbench.transfer.selection import SelectionError, select
 from hwgptbench.transfer.sources import condition_features, cross_fitted
@@ -143,7 +148,8 @@ def test_leave_one_target_out_never_sees_the_held_out_values(
     keep = {profiles.arch_ids[case.rows[i]] for i in chosen}
     rng = np.random.default_rng(7)
     condition = target.condition
-    is_target = ((pl.col("device") == target.device) & (pl.col("batch_size") == condition.batch_size)
+    is_target = ((pl.col("device") == target.device)
+                 & (pl.col("batch_size") == condition.batch_size)
                  & (pl.col("seq_len") == condition.seq_len) & (pl.col("dtype") == condition.dtype))
     scrambled = measurements.with_columns(latency_ms=pl.when(
         is_target & ~pl.col("arch_id").is_in(list(keep))).then(

@@ -18,7 +18,8 @@ from conftest import make_project, run
 
 NOTHING_TO_DO = "Nothing to be done"
 ALL_STAGES = {"data", "supernet", "sample_archs", "perplexity", "measure", "measure_device",
-              "measurements", "runtime", "runtime_merged", "surrogates_perplexity", "surrogates_device", "surrogate_quality",
+              "measurements", "runtime", "runtime_merged", "surrogates_perplexity",
+              "surrogates_device", "surrogate_quality",
               "search_reference", "search", "search_summary", "figures_of_scale", "transfer",
               "compress_dense", "compress_finetune", "compress_search", "compress_table",
               "compress"}

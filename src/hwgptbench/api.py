@@ -34,11 +34,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from .measure.condition import CONDITION_KEYS, DEFAULTS, SHAPE_KEYS, Condition
 from .space import Arch, SearchSpace
 from .surrogate import Surrogate
 from .surrogate.features import feature_matrix
 from .surrogate.store import METADATA, load_surrogate
-from .measure.condition import CONDITION_KEYS, DEFAULTS, SHAPE_KEYS, Condition
 from .surrogates import ANY, with_condition_columns
 
 PERPLEXITY = "perplexity"

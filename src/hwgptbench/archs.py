@@ -45,7 +45,7 @@ def sample_from(space: SearchSpace, candidates: Sequence[str], n_archs: int, see
 def _table(space: SearchSpace, ends: list[Arch], sampled: list[Arch], vocab_size: int
            ) -> pl.DataFrame:
     """The archs table: ``ends`` (smallest, then largest) and then ``sampled``."""
-    rows = [(a, kind) for a, kind in zip(ends, ("smallest", "largest"))]
+    rows = [(a, kind) for a, kind in zip(ends, ("smallest", "largest"), strict=True)]
     rows += [(a, "sampled") for a in sampled]
     return pl.DataFrame({
         "arch_id": [a.id for a, _ in rows],

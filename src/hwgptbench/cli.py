@@ -137,7 +137,7 @@ def cmd_perplexity(args: argparse.Namespace) -> None:
         scores, on="arch_id", maintain_order="right")
     archs.write_table(table.drop("kind"), args.out)
     final = perplexity.fully_trained(table)
-    ends = dict(zip(final["kind"], final["perplexity"]))
+    ends = dict(zip(final["kind"], final["perplexity"], strict=True))
     log.info("perplexity after %d steps: smallest %.2f, largest %.2f; "
              "Spearman(params, perplexity) = %.3f over %d archs; snapshots at steps %s",
              max(supernets), ends["smallest"], ends["largest"],
@@ -222,8 +222,14 @@ def cmd_merge(args: argparse.Namespace) -> None:
 def cmd_devices(args: argparse.Namespace) -> None:
     """Print this machine's fingerprint, label and which metrics it can measure."""
     from . import measurements
-    from .measure import (DTYPES, auto_label, default_device, dtype_unsupported_reason,
-                          fingerprint, open_energy_meter)
+    from .measure import (
+        DTYPES,
+        auto_label,
+        default_device,
+        dtype_unsupported_reason,
+        fingerprint,
+        open_energy_meter,
+    )
 
     config = _load(args, ["measure"])["measure"]
     if args.label:  # for scripts: the label this machine's tables are filed under

@@ -1,13 +1,13 @@
 """The measurement stage around `hwgptbench.measure`: shards of archs, device tables and the
 cross-device table, as parquet.
 
-``measure_shard`` measures archs ``i, i+n, i+2n, ...`` of the archs table (shard i of n) on
-this machine and writes one atomic parquet file, so many jobs or machines can share the work;
-within a shard, the archs are timed in groups that fit the memory budget, and each group's
-rows are stored as it completes, so a killed job resumes with the groups it has not measured. ``merge_shards`` builds the device table
-``results/{scale}/measure/{device}.parquet``; ``merge_devices`` stacks device tables into
-``results/{scale}/measurements.parquet``. Every row carries the device label, its hardware
-fingerprint and the software versions, so tables from many machines merge.
+``measure_shard`` measures archs ``i, i+n, i+2n, ...`` of the archs table (shard i of n) on this
+machine and writes one atomic parquet file, so many jobs or machines can share the work; within a
+shard, the archs are timed in groups that fit the memory budget, and each group's rows are stored as
+it completes, so a killed job resumes with the groups it has not measured. ``merge_shards`` builds
+the device table ``results/{scale}/measure/{device}.parquet``; ``merge_devices`` stacks device
+tables into ``results/{scale}/measurements.parquet``. Every row carries the device label, its
+hardware fingerprint and the software versions, so tables from many machines merge.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ runs alone, so a bad value is rejected the same way everywhere, before anything 
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Sequence
 from functools import cache
@@ -102,7 +103,7 @@ def snapshot_problems(snapshots: Sequence[int], steps: int) -> list[str]:
         problems.append(f"supernet.snapshots: {list(snapshots)!r} is not allowed; every snapshot "
                         f"must be < supernet.steps ({steps}): drop {late} or raise "
                         "supernet.steps")
-    if any(a >= b for a, b in zip(snapshots, snapshots[1:])):
+    if any(a >= b for a, b in itertools.pairwise(snapshots)):
         problems.append(f"supernet.snapshots: {list(snapshots)!r} is not allowed; list distinct "
                         f"steps in increasing order, e.g. {sorted(set(snapshots))}")
     return problems

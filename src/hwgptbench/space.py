@@ -1,11 +1,11 @@
 """Search spaces of GPT architectures and the architectures in them.
 
-A search space is data (a section of params.yaml): the choices for the embedding width, the
-number of layers, the per-layer head count and MLP ratio, and the bias flag, plus the fixed
-head size, context length and rotary fraction, and the model family with its fixed dims
-(``family``: ``gpt_neox`` by default, or ``llama``; ``n_kv_head``, ``rope_base``, ``norm_eps``). An :class:`Arch` picks one embedding width, one
-layer count, a head count and an MLP ratio for every layer, and the bias flag. Archs have a
-canonical string id (``e128-l3-h4_2_4-r4_3_2-b1``) that round-trips exactly.
+A search space is data (a section of params.yaml): the choices for the embedding width, the number
+of layers, the per-layer head count and MLP ratio, and the bias flag, plus the fixed head size,
+context length and rotary fraction, and the model family with its fixed dims (``family``:
+``gpt_neox`` by default, or ``llama``; ``n_kv_head``, ``rope_base``, ``norm_eps``). An :class:`Arch`
+picks one embedding width, one layer count, a head count and an MLP ratio for every layer, and the
+bias flag. Archs have a canonical string id (``e128-l3-h4_2_4-r4_3_2-b1``) that round-trips exactly.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class Arch:
         if len(parts) != len(_ID_PARTS):
             raise ValueError(f"bad arch id {arch_id!r}: expected {len(_ID_PARTS)} '-'-separated "
                              f"parts {_ID_FORMAT}, got {len(parts)}")
-        for part, (prefix, field, pattern) in zip(parts, _ID_PARTS):
+        for part, (prefix, field, pattern) in zip(parts, _ID_PARTS, strict=True):
             if not (part.startswith(prefix) and re.fullmatch(pattern, part[1:])):
                 raise ValueError(f"bad arch id {arch_id!r}: part {part!r} is not "
                                  f"{prefix}<{field}>")
@@ -340,7 +340,7 @@ class SearchSpace:
         """Fixed-length float32 features (n, 3 + 2 * max_n_layer); absent layers are 0."""
         n_max = self.max_n_layer
         features = np.zeros((len(archs), 3 + 2 * n_max), dtype=np.float32)
-        for row, arch in zip(features, archs):
+        for row, arch in zip(features, archs, strict=True):
             self.validate(arch)
             row[:3] = arch.embed_dim, arch.n_layer, arch.bias
             row[3:3 + arch.n_layer] = arch.n_head
@@ -355,7 +355,7 @@ class SearchSpace:
         heads = 2 if llama else 1  # untied LM head
         norm = 1 if llama else 2  # RMSNorm: scale; LayerNorm: scale and shift, bias flag or not
         total = e * (heads * vocab_size + norm)  # token embedding, LM head, final norm
-        for n_head, hidden in zip(arch.n_head, arch.mlp_hidden):
+        for n_head, hidden in zip(arch.n_head, arch.mlp_hidden, strict=True):
             q, kv = n_head * self.head_size, self.kv_heads(n_head) * self.head_size
             mlp_in = 2 if llama else 1  # gate and up, or fc
             total += e * (2 * norm + 2 * q + 2 * kv + (mlp_in + 1) * hidden)  # norms, weights

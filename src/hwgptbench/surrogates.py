@@ -169,7 +169,7 @@ def fit_device(section: dict[str, Any], space: SearchSpace, vocab_size: int,
     with atomic_dir(out_dir) as staging:
         ok = with_condition_columns(table.filter(pl.col("status") == "ok"))
         for key, group in ok.group_by(list(CONDITION_KEYS), maintain_order=True):
-            condition = condition_id(**dict(zip(CONDITION_KEYS, key)))
+            condition = condition_id(**dict(zip(CONDITION_KEYS, key, strict=True)))
             X = feature_matrix(space, read_archs_from(group), vocab_size, key[0], key[1])
             fingerprint = group.select(fingerprint_columns).row(0, named=True)
             for metric in section["metrics"]:

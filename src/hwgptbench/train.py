@@ -128,7 +128,7 @@ class WindowSampler:
         starts = [int(rng.integers(0, len(self.shards[i]) - self.block_size)) for i in which]
         window = torch.from_numpy(np.stack([
             np.asarray(self.shards[i][start:start + self.block_size + 1], dtype=np.int64)
-            for i, start in zip(which[rows], starts[rows])]))  # (rows, T + 1)
+            for i, start in zip(which[rows], starts[rows], strict=True)]))  # (rows, T + 1)
         return window[:, :-1], window[:, 1:]
 
 
@@ -296,7 +296,7 @@ def step_history(step: int, archs: list[Arch], losses: torch.Tensor, lr: float
     """Loss-table rows of one step: one per sub-network, in training order."""
     kinds = (["smallest", *["random"] * (len(archs) - 2)] if len(archs) > 1 else []) + ["largest"]
     return [{"step": step, "kind": kind, "arch_id": arch.id, "loss": loss, "lr": lr}
-            for kind, arch, loss in zip(kinds, archs, losses.tolist())]
+            for kind, arch, loss in zip(kinds, archs, losses.tolist(), strict=True)]
 
 
 def train(cfg: TrainConfig, space: SearchSpace, shards: TokenShards, out_dir: str | Path,

@@ -21,8 +21,15 @@ from ..data import TokenShards
 from ..io import atomic_path, canonical_json
 from ..model import GPT, SuperGPT
 from ..space import SearchSpace
-from ..train import (TrainConfig, WindowSampler, load_torch, save_torch, step_rng,
-                     supernet_state, train)
+from ..train import (
+    TrainConfig,
+    WindowSampler,
+    load_torch,
+    save_torch,
+    step_rng,
+    supernet_state,
+    train,
+)
 from .dense import file_sha256, load_dense
 from .importance import LayerImportance, reorder, unit_importance
 

@@ -126,7 +126,7 @@ def reorder(model: GPT, importance: Sequence[LayerImportance]) -> list[LayerImpo
     if len(importance) != len(model.blocks):
         raise ValueError(f"{len(importance)} layer scores for {len(model.blocks)} blocks")
     reordered = []
-    for block, scores in zip(model.blocks, importance):
+    for block, scores in zip(model.blocks, importance, strict=True):
         heads = head_order(scores.heads, block.attn.n_kv_head)
         channels = torch.argsort(scores.channels, descending=True, stable=True)
         _permute_block(block, heads, channels)

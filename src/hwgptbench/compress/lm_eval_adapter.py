@@ -86,7 +86,7 @@ def adapter_class() -> type[LM]:
             for start in range(0, len(order), self.batch_size):
                 chunk = order[start:start + self.batch_size]
                 scored = self._score_batch([requests[i][1:] for i in chunk])
-                for i, result in zip(chunk, scored):
+                for i, result in zip(chunk, scored, strict=True):
                     results[i] = result
             return results
 
@@ -104,7 +104,7 @@ def adapter_class() -> type[LM]:
                                   dtype=torch.int64, device=self._device)
             logits = self.model(padded)
             results = []
-            for i, (row, (_, continuation)) in enumerate(zip(rows, pairs)):
+            for i, (row, (_, continuation)) in enumerate(zip(rows, pairs, strict=True)):
                 if not continuation:
                     results.append((0.0, True))
                     continue
@@ -130,7 +130,7 @@ def adapter_class() -> type[LM]:
                     windows.append((None, context, continuation))
                     owners.append(owner)
             totals = [0.0] * len(requests)
-            for owner, (loglik, _) in zip(owners, self._loglikelihood_tokens(windows)):
+            for owner, (loglik, _) in zip(owners, self._loglikelihood_tokens(windows), strict=True):
                 totals[owner] += loglik
             return totals
 

@@ -84,5 +84,5 @@ def subnet_table(evaluator: SubnetEvaluator, runs: pl.DataFrame,
     table = table.with_columns(fronts)
     on_front = table.select(pl.any_horizontal(pl.col("^pareto_.*$"))).to_series().to_list()
     accuracy = [evaluator.accuracy(a) if keep or i == 0 else None
-                for i, (a, keep) in enumerate(zip(archs, on_front))]
+                for i, (a, keep) in enumerate(zip(archs, on_front, strict=True))]
     return table.with_columns(accuracy=pl.Series(accuracy, dtype=pl.Float64))

@@ -18,11 +18,10 @@ from typing import Any
 import polars as pl
 import torch.nn as nn
 
-from ..measure.quantize import (QuantizationUnsupported, backend_of, model_size_bytes,
-                                quantize)
+from ..measure.latency import measure_latency_interleaved
+from ..measure.quantize import QuantizationUnsupported, backend_of, model_size_bytes, quantize
 from ..model import GPT
 from ..space import Arch
-from ..measure.latency import measure_latency_interleaved
 from .evaluate import TIMING_KEYS, SubnetEvaluator, mean_loss, prefill_call, speed
 from .tasks import score_cloze
 
@@ -93,7 +92,7 @@ def compression_table(dense: GPT, evaluator: SubnetEvaluator, chosen: list[tuple
     timing = evaluator.timing
     stats = measure_latency_interleaved([call for _, call in calls], evaluator.device,
                                         **{k: timing[k] for k in TIMING_KEYS})
-    for (index, _), stat in zip(calls, stats):
+    for (index, _), stat in zip(calls, stats, strict=True):
         rows[index] |= speed(stat["latency_ms"], timing)
     table = pl.DataFrame(rows, infer_schema_length=None)
     base = table.row(0, named=True)

@@ -16,8 +16,19 @@ from scipy.stats import kendalltau
 from ..perplexity import fully_trained
 from ..search.hypervolume import pareto_mask
 from ..space import Arch
-from .style import (CLOUD_COLOR, DOUBLE_WIDTH, FRONT_COLOR, KIND_COLORS, SINGLE_WIDTH,
-                    cycle_colors, grid_shape, metric_label, new_figure, save, styled)
+from .style import (
+    CLOUD_COLOR,
+    DOUBLE_WIDTH,
+    FRONT_COLOR,
+    KIND_COLORS,
+    SINGLE_WIDTH,
+    cycle_colors,
+    grid_shape,
+    metric_label,
+    new_figure,
+    save,
+    styled,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +86,7 @@ def pareto_fronts(perplexity: pl.DataFrame, measurements: pl.DataFrame, out_stem
     rows, cols = grid_shape(len(panels))
     fig = new_figure(DOUBLE_WIDTH if cols > 1 else SINGLE_WIDTH, 2.6 * rows + 0.3)
     axes = fig.subplots(rows, cols, squeeze=False)
-    for ax, ((device, condition), part) in zip(axes.flat, panels.items()):
+    for ax, ((device, condition), part) in zip(axes.flat, panels.items(), strict=False):
         x, y = part[metric].to_numpy(), part["perplexity"].to_numpy()
         ax.scatter(x, y, s=9, color=CLOUD_COLOR, linewidths=0, zorder=2)
         n_front = _draw_front(ax, x, y)
@@ -174,9 +185,9 @@ def dimension_effects(measurements: pl.DataFrame, out_stem: PathLike,
     fig = new_figure(DOUBLE_WIDTH, 2.3 * len(metrics) + (0.4 if len(groups) > 1 else 0.1))
     axes = fig.subplots(len(metrics), 3, squeeze=False)
     width = 0.7 / len(groups)
-    for row, metric in zip(axes, metrics):
+    for row, metric in zip(axes, metrics, strict=True):
         part = table.drop_nulls(metric)
-        for ax, dim in zip(row, ("embed_dim", "n_layer", "mlp_ratio")):
+        for ax, dim in zip(row, ("embed_dim", "n_layer", "mlp_ratio"), strict=True):
             levels = sorted(part[dim].unique().to_list())
             for k, group in enumerate(groups):
                 sub = part.filter(pl.col("group") == group)
@@ -191,7 +202,7 @@ def dimension_effects(measurements: pl.DataFrame, out_stem: PathLike,
                            medianprops={"color": color, "linewidth": 1.5},
                            boxprops={"color": color}, whiskerprops={"color": color},
                            capprops={"color": color})
-                for p, values in zip(pos, data):
+                for p, values in zip(pos, data, strict=True):
                     jitter = rng.uniform(-width * 0.3, width * 0.3, len(values))
                     ax.scatter(p + jitter, values, s=6, color=color, alpha=0.5, linewidths=0)
             if dim != "mlp_ratio":

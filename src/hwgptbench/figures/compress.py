@@ -25,7 +25,7 @@ def compression_figure(table: pl.DataFrame, subnets: pl.DataFrame, runs: pl.Data
     fig = new_figure(DOUBLE_WIDTH, 3.0)
     axes = fig.subplots(1, len(COSTS))
     dense = table.filter((pl.col("model") == "dense") & (pl.col("quant") == "none"))
-    for ax, (cost, label, scale) in zip(axes, COSTS):
+    for ax, (cost, label, scale) in zip(axes, COSTS, strict=True):
         known = subnets.filter(pl.col(cost).is_not_null())
         ax.scatter(known[cost] * scale, known["perplexity"], s=6, color="0.75",
                    label="evaluated sub-networks", zorder=1)
@@ -51,7 +51,7 @@ def compression_figure(table: pl.DataFrame, subnets: pl.DataFrame, runs: pl.Data
         ax.grid(alpha=0.3)
     legend: dict[str, object] = {}
     for ax in axes:  # squares appear on the latency panel only
-        for handle, label in zip(*ax.get_legend_handles_labels()):
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             legend.setdefault(label, handle)
     fig.legend(list(legend.values()), list(legend), loc="outside lower center", ncol=3,
                frameon=False)

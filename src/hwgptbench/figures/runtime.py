@@ -47,7 +47,7 @@ def breakdown_bars(breakdown: pl.DataFrame, out_stem: PathLike) -> list[Path]:
     rows, cols = grid_shape(panels.height)
     fig = new_figure(DOUBLE_WIDTH, 2.8 * rows + 0.6)
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
-    for ax, (device, workload) in zip(axes, panels.iter_rows()):
+    for ax, (device, workload) in zip(axes, panels.iter_rows(), strict=False):
         part = modules.filter((pl.col("device") == device) & (pl.col("workload") == workload))
         archs = part.select("arch_id", "latency_ms").unique().sort("arch_id")
         bottom = np.zeros(archs.height)
@@ -113,7 +113,7 @@ def runtime_options(runtime: pl.DataFrame, out_stem: PathLike) -> list[Path]:
     rows, cols = grid_shape(panels.height)
     fig = new_figure(DOUBLE_WIDTH, 2.6 * rows + 0.8)
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
-    for ax, (device, workload) in zip(axes, panels.iter_rows()):
+    for ax, (device, workload) in zip(axes, panels.iter_rows(), strict=False):
         part = effects.filter((pl.col("device") == device) & (pl.col("workload") == workload))
         for option in sorted(set(part["option"])):
             line = part.filter(pl.col("option") == option).sort("n_layer")

@@ -11,8 +11,18 @@ import polars as pl
 from matplotlib.lines import Line2D
 from scipy.stats import t as student_t
 
-from .style import (DOUBLE_WIDTH, SINGLE_WIDTH, algorithm_color, algorithm_marker,
-                    algorithm_order, grid_shape, metric_label, new_figure, save, styled)
+from .style import (
+    DOUBLE_WIDTH,
+    SINGLE_WIDTH,
+    algorithm_color,
+    algorithm_marker,
+    algorithm_order,
+    grid_shape,
+    metric_label,
+    new_figure,
+    save,
+    styled,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +61,7 @@ def hypervolume_curves(runs: pl.DataFrame, out_stem: PathLike) -> list[Path]:
     fig = new_figure(DOUBLE_WIDTH, 2.4 * len(groups) + 0.4)
     axes = fig.subplots(len(groups), 2, squeeze=False)
     algorithms = algorithm_order(runs["algorithm"].unique())
-    for (hv_ax, regret_ax), ((objectives, device), group) in zip(axes, groups.items()):
+    for (hv_ax, regret_ax), ((objectives, device), group) in zip(axes, groups.items(), strict=True):
         grid = np.unique(group["cumulative_cost"].to_numpy())
         best = float((group["hypervolume"] + group["hv_regret"]).max())  # the reference front's
         positive = group.filter(pl.col("hv_regret") > 0)["hv_regret"]
@@ -104,7 +114,7 @@ def attainment_surfaces(attainment: pl.DataFrame, out_stem: PathLike,
     rows, cols = grid_shape(len(panels), 2)
     fig = new_figure(DOUBLE_WIDTH if cols > 1 else SINGLE_WIDTH + 1.1, 2.8 * rows + 0.2)
     axes = fig.subplots(rows, cols, squeeze=False)
-    for ax, ((objectives, device), part) in zip(axes.flat, panels.items()):
+    for ax, ((objectives, device), part) in zip(axes.flat, panels.items(), strict=False):
         right, top = part["x"].max(), part["y"].max()
         for algorithm in algorithm_order(part["algorithm"].unique()):
             sub = part.filter(pl.col("algorithm") == algorithm)

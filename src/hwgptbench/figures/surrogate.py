@@ -10,8 +10,16 @@ import numpy as np
 import polars as pl
 from scipy.stats import kendalltau
 
-from .style import (DOUBLE_WIDTH, SINGLE_WIDTH, family_color, grid_shape, metric_label,
-                    new_figure, save, styled)
+from .style import (
+    DOUBLE_WIDTH,
+    SINGLE_WIDTH,
+    family_color,
+    grid_shape,
+    metric_label,
+    new_figure,
+    save,
+    styled,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +52,7 @@ def surrogate_calibration(quality: pl.DataFrame, out_stem: PathLike) -> list[Pat
     fig = new_figure(min(DOUBLE_WIDTH, 2.0 * cols + 0.6), 2.0 * rows + 0.6)
     axes = fig.subplots(rows, cols, squeeze=False, sharex=True, sharey=True)
     offsets = {f: (k - (len(families) - 1) / 2) * 0.006 for k, f in enumerate(families)}
-    for ax, metric in zip(axes.flat, metrics):
+    for ax, metric in zip(axes.flat, metrics, strict=False):
         ax.plot([low, 1], [low, 1], color="black", linewidth=0.8, linestyle="--", zorder=1)
         for family in families:
             part = table.filter((pl.col("metric") == metric) & (pl.col("family") == family))
@@ -82,7 +90,7 @@ def surrogate_scatter(predictions: pl.DataFrame, out_stem: PathLike) -> list[Pat
     rows, cols = grid_shape(len(panels))
     fig = new_figure(DOUBLE_WIDTH if cols > 1 else SINGLE_WIDTH, 2.5 * rows + 0.2)
     axes = fig.subplots(rows, cols, squeeze=False)
-    for ax, ((metric, device, condition), part) in zip(axes.flat, panels.items()):
+    for ax, ((metric, device, condition), part) in zip(axes.flat, panels.items(), strict=False):
         both = np.concatenate([part["measured"].to_numpy(), part["predicted"].to_numpy()])
         lo, hi = float(np.nanmin(both)), float(np.nanmax(both))
         ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.8, linestyle="--", zorder=1)

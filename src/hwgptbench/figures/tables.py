@@ -46,10 +46,10 @@ def to_markdown(df: pl.DataFrame, digits: int = 4) -> str:
 
     def line(row: list[str]) -> str:
         return "| " + " | ".join(v.rjust(w) if r else v.ljust(w)
-                                 for v, w, r in zip(row, widths, numeric)) + " |"
+                                 for v, w, r in zip(row, widths, numeric, strict=True)) + " |"
 
     rule = "| " + " | ".join("-" * (w - 1) + ":" if r else "-" * w
-                             for w, r in zip(widths, numeric)) + " |"
+                             for w, r in zip(widths, numeric, strict=True)) + " |"
     return "\n".join([line(cells[0]), rule, *(line(row) for row in cells[1:])]) + "\n"
 
 

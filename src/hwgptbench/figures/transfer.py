@@ -65,7 +65,8 @@ def transfer_quality(quality: pl.DataFrame, out_stem: PathLike) -> list[Path]:
         part = summary.filter(pl.col("metric") == metric, pl.col("hold_out") == hold_out)
         heading = (f"{metric_label(metric)}, {int(part['targets'].max())} held-out targets, "
                    f"{HOLD_OUT_LABELS.get(hold_out, hold_out)}")
-        for ax, (score, statistic, title) in zip(axes[2 * block:2 * block + 2].flat, PANELS):
+        block_axes = axes[2 * block:2 * block + 2].flat
+        for ax, (score, statistic, title) in zip(block_axes, PANELS, strict=True):
             column = f"{score}_{statistic}"
             for method in methods:
                 lines = part.filter(pl.col("method") == method)

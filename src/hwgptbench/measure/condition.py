@@ -8,7 +8,8 @@ A condition is the input shape (batch size, sequence length), the dtype, the lau
   token) or ``train_step`` (forward, backward and AdamW step over ``seq_len`` tokens);
 - ``attention``: the PyTorch SDPA backend (``default``: PyTorch's choice, ``math``, ``flash``,
   ``efficient``, ``cudnn``);
-- ``quant``: ``none`` or ``int8`` (int8 weights and dynamically quantized int8 activations of every Linear, inference only);
+- ``quant``: ``none`` or ``int8`` (int8 weights and dynamically quantized int8 activations of
+  every Linear, inference only);
 - ``compile``: ``torch.compile`` the model;
 - ``recompute``: activation recomputation of every block (``train_step`` only).
 

@@ -1,14 +1,13 @@
 """One measurement row per (arch, condition): FLOPs, parameters, latency, energy and memory.
 
-The main measurement runs the ``prefill`` workload (one forward) under the default runtime
-options; a condition (:class:`~.condition.Condition`) here is a batch size, a sequence length,
-a dtype and a launch mode (eager, or a captured CUDA graph replayed). The fixed model of an arch is built with seeded random weights (cost
-does not depend on the weight values, so measurement needs no trained supernet and can run on
-any machine that has the archs table), cast to the dtype and fed seeded random token ids
-under ``torch.inference_mode``. What cannot be measured
-is recorded, not raised: a dtype the device does not run gives ``status`` 'unsupported_dtype',
-running out of memory 'oom' (CUDA's error or the CPU allocator's), each with the metrics
-None and the reason.
+The main measurement runs the ``prefill`` workload (one forward) under the default runtime options;
+a condition (:class:`~.condition.Condition`) here is a batch size, a sequence length, a dtype and a
+launch mode (eager, or a captured CUDA graph replayed). The fixed model of an arch is built with
+seeded random weights (cost does not depend on the weight values, so measurement needs no trained
+supernet and can run on any machine that has the archs table), cast to the dtype and fed seeded
+random token ids under ``torch.inference_mode``. What cannot be measured is recorded, not raised: a
+dtype the device does not run gives ``status`` 'unsupported_dtype', running out of memory 'oom'
+(CUDA's error or the CPU allocator's), each with the metrics None and the reason.
 """
 
 from __future__ import annotations

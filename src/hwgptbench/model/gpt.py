@@ -16,9 +16,9 @@ of Hugging Face LLaMA checkpoints); ``n_kv_head = 0`` gives every query head its
 
 Every step of the forward is a module (the attention core, the activation, the residual sums
 and the tied LM head are parameterless ones), so forward hooks see each and the per-module time
-breakdown (:mod:`hwgptbench.measure.breakdown`) attributes the whole forward. A :class:`KVCache` makes
-autoregressive decoding one token per call; ``recompute`` checkpoints each block's activations
-in training (recomputed in the backward pass).
+breakdown (:mod:`hwgptbench.measure.breakdown`) attributes the whole forward. A
+:class:`KVCache` makes autoregressive decoding one token per call; ``recompute`` checkpoints each
+block's activations in training (recomputed in the backward pass).
 """
 
 from __future__ import annotations
@@ -283,8 +283,8 @@ class GPT(nn.Module):
         self.config = config
         arch = config.arch
         self.wte = nn.Embedding(config.vocab_size, arch.embed_dim)
-        self.blocks = nn.ModuleList(Block(config, n_head, hidden)
-                                    for n_head, hidden in zip(arch.n_head, arch.mlp_hidden))
+        layers = zip(arch.n_head, arch.mlp_hidden, strict=True)
+        self.blocks = nn.ModuleList(Block(config, n_head, hidden) for n_head, hidden in layers)
         self.ln_f = norm_layer(config)
         self.lm_head = (nn.Linear(arch.embed_dim, config.vocab_size, bias=False) if config.llama
                         else TiedLMHead())

@@ -17,8 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..space import Arch, SearchSpace
-from .elastic import (ElasticBlock, ElasticEmbedding, ElasticLinear, elastic_norm,
-                      merge_state_dicts)
+from .elastic import ElasticBlock, ElasticEmbedding, ElasticLinear, elastic_norm, merge_state_dicts
 from .gpt import GPT, GPTConfig, check_length, lm_output
 from .rotary import Rotary
 
@@ -120,7 +119,7 @@ class SuperGPT(nn.Module):
             for kind in ("weight", "bias"):
                 fused = state.pop(f"{prefix}qkv.{kind}", None)
                 if fused is not None:
-                    for name, part in zip("qkv", fused.split(block.attn.widths)):
+                    for name, part in zip("qkv", fused.split(block.attn.widths), strict=True):
                         state[f"{prefix}{name}.{kind}"] = part
         missing, unexpected = self.load_state_dict(state, strict=False)
         if unexpected or missing:

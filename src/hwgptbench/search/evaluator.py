@@ -76,7 +76,7 @@ class Evaluator:
             level = fidelity or self.full_fidelity or 0
             self._paid[arch.id] = max(self._paid.get(arch.id, 0), level)
         values = self.problem.values([a for a, _ in fitting], None if full else fidelity)
-        for (arch, cost), row in zip(fitting, values):
+        for (arch, cost), row in zip(fitting, values, strict=True):
             self.records.append({"arch": arch, "fidelity": self.full_fidelity if full
                                  else fidelity, "full": full, "cost": cost, "values": row})
         if len(fitting) < len(archs):

@@ -42,7 +42,8 @@ class Genome:
         heads = list(arch.n_head) + [arch.n_head[-1]] * (n_max - arch.n_layer)
         ratios = list(arch.mlp_ratio) + [arch.mlp_ratio[-1]] * (n_max - arch.n_layer)
         values = [arch.embed_dim, arch.n_layer, *heads, *ratios, arch.bias]
-        return np.array([c.index(v) for c, v in zip(self.choices, values)], dtype=np.int64)
+        genes = [c.index(v) for c, v in zip(self.choices, values, strict=True)]
+        return np.array(genes, dtype=np.int64)
 
     def decode(self, genes: Sequence[int] | np.ndarray) -> Arch:
         """The arch a gene vector codes (inactive genes ignored)."""
@@ -50,7 +51,7 @@ class Genome:
         if genes.shape != (self.size,) or (genes < 0).any() or (genes >= self.cardinalities).any():
             raise ValueError(f"genes {genes.tolist()} are not {self.size} choice indices below "
                              f"{self.cardinalities.tolist()}")
-        values = [c[g] for c, g in zip(self.choices, genes)]
+        values = [c[g] for c, g in zip(self.choices, genes, strict=True)]
         n_max, n_layer = self.space.max_n_layer, values[1]
         return Arch(values[0], n_layer, tuple(values[2:2 + n_layer]),
                     tuple(values[2 + n_max:2 + n_max + n_layer]), values[-1])
@@ -87,7 +88,8 @@ class Genome:
         """The syne-tune config space of the genes (categorical choice indices)."""
         from syne_tune.config_space import choice
 
-        return {name: choice(list(range(n))) for name, n in zip(self.names, self.cardinalities)}
+        sizes = zip(self.names, self.cardinalities, strict=True)
+        return {name: choice(list(range(n))) for name, n in sizes}
 
     def from_config(self, config: dict[str, Any]) -> Arch:
         """The arch of a syne-tune config of :meth:`config_space`."""
@@ -95,4 +97,4 @@ class Genome:
 
     def to_config(self, arch: Arch) -> dict[str, int]:
         """A syne-tune config coding arch."""
-        return dict(zip(self.names, map(int, self.encode(arch))))
+        return dict(zip(self.names, map(int, self.encode(arch)), strict=True))

@@ -21,8 +21,8 @@ import numpy as np
 import polars as pl
 
 from ..archs import write_table
-from ..measurements import NULLABLE, conditions, measure_rows
 from ..measure import default_device
+from ..measurements import NULLABLE, conditions, measure_rows
 from ..space import Arch, SearchSpace
 from ..surrogate.features import feature_matrix
 from ..surrogate.store import save_surrogate

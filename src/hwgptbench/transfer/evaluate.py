@@ -1,13 +1,14 @@
 """Leave-one-target-out evaluation of few-shot adaptation, with baselines and an upper bound.
 
-For every measured target t of a metric (one device under one condition), the other targets
-of that metric are the sources (hold-out ``target``), or only those of the other devices
-(hold-out ``device``: t's device is new, none of its conditions is known). k archs of t are selected (``designed``, or ``random`` with
-several seeds), each method is adapted from their k values, and predictions of t's other
-measured archs (the test archs) are scored: Spearman ρ, Kendall τ, the fraction within ±10%
-of the measured value, the median absolute percentage error (MdAPE) and the coverage of the
-interval. Nothing of t beyond its k values reaches a method: source models are fitted on the
-sources' tables alone, cross-fitted over archs so that no test arch was seen by them either.
+For every measured target t of a metric (one device under one condition), the other targets of that
+metric are the sources (hold-out ``target``), or only those of the other devices (hold-out
+``device``: t's device is new, none of its conditions is known). k archs of t are selected
+(``designed``, or ``random`` with several seeds), each method is adapted from their k values, and
+predictions of t's other measured archs (the test archs) are scored: Spearman ρ, Kendall τ, the
+fraction within ±10% of the measured value, the median absolute percentage error (MdAPE) and the
+coverage of the interval. Nothing of t beyond its k values reaches a method: source models are
+fitted on the sources' tables alone, cross-fitted over archs so that no test arch was seen by them
+either.
 
 Baselines in the same table: ``flops`` and ``params`` (ranks by the proxy itself; values by a
 log-log line fitted to the k rows), ``nearest_source`` (the source whose log values differ
@@ -42,7 +43,8 @@ UPPER_BOUND = "full_surrogate"
 WITHIN = 0.10
 QUALITY_SCHEMA = {
     "metric": pl.String, "hold_out": pl.String, "device": pl.String, "condition": pl.String,
-    "hardware": pl.String, "method": pl.String, "kind": pl.String, "selection": pl.String, "k": pl.Int64,
+    "hardware": pl.String, "method": pl.String, "kind": pl.String, "selection": pl.String,
+    "k": pl.Int64,
     "seed": pl.Int64, "sources": pl.Int64, "sources_same_hardware": pl.Int64,
     "n_test": pl.Int64, "spearman": pl.Float64, "kendall_tau": pl.Float64,
     "within_10pct": pl.Float64, "mdape": pl.Float64, "coverage": pl.Float64,

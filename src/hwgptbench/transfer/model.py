@@ -56,7 +56,7 @@ class AdaptedSurrogate:
         encoded = X[:, :len(self.space.feature_names())]
         features = condition_features(self.space, encoded, self.vocab_size,
                                       [s.target for s in self.sources])
-        logs = [s.predict_log(f) for s, f in zip(self.sources, features)]
+        logs = [s.predict_log(f) for s, f in zip(self.sources, features, strict=True)]
         return Design(X, np.column_stack(logs) if logs else np.zeros((len(X), 0)))
 
     def prepare(self, reference: np.ndarray, measured: np.ndarray) -> AdaptedSurrogate:

@@ -72,8 +72,8 @@ import torch
 from botorch.acquisition import AcquisitionFunction
 from botorch.acquisition.analytic import LogExpectedImprovement
 from botorch.acquisition.logei import qLogNoisyExpectedImprovement
-from botorch.acquisition.multi_objective.analytic import ExpectedHypervolumeImprovement
 from botorch.acquisition.multi_objective import logei as botorch_logei
+from botorch.acquisition.multi_objective.analytic import ExpectedHypervolumeImprovement
 from botorch.acquisition.multi_objective.logei import qLogExpectedHypervolumeImprovement
 from botorch.acquisition.objective import GenericMCObjective, ScalarizedPosteriorTransform
 from botorch.exceptions.errors import ModelFittingError
@@ -82,7 +82,8 @@ from botorch.models import SingleTaskGP
 from botorch.models.transforms.outcome import Standardize
 from botorch.sampling.normal import SobolQMCNormalSampler
 from botorch.utils.multi_objective.box_decompositions.non_dominated import (
-    FastNondominatedPartitioning)
+    FastNondominatedPartitioning,
+)
 from botorch.utils.multi_objective.scalarization import get_chebyshev_scalarization
 from botorch.utils.sampling import sample_simplex
 from gpytorch.mlls import ExactMarginalLogLikelihood
@@ -204,7 +205,7 @@ class _Loop:
             if arch.id in self.seen:
                 raise RuntimeError(f"arch {arch.id} suggested twice")
         values = self.evaluate(archs)
-        for arch, x, y in zip(archs, self.encode(archs), values):
+        for arch, x, y in zip(archs, self.encode(archs), values, strict=True):
             self.archs.append(arch)
             self.seen.add(arch.id)
             self.features.append(x)

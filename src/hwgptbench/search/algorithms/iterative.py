@@ -84,11 +84,11 @@ def propose(space: SearchSpace, genome: Genome, archs: list[Arch], values: np.nd
         pass
     predicted = np.array([r["values"] for r in inner.records])
     unique: dict[str, tuple[Arch, np.ndarray]] = {}
-    for record, row in zip(inner.records, predicted):
+    for record, row in zip(inner.records, predicted, strict=True):
         unique.setdefault(record["arch"].id, (record["arch"], row))
     candidates = list(unique.values())
     mask = pareto_mask(np.array([v for _, v in candidates]))
-    return [c for c, keep in zip(candidates, mask) if keep]
+    return [c for c, keep in zip(candidates, mask, strict=True) if keep]
 
 
 def iterative(evaluate: Evaluator, genome: Genome, seed: int, options: dict[str, Any]) -> None:

@@ -20,7 +20,8 @@ from syne_tune.optimizer.scheduler import SchedulerDecision
 from syne_tune.optimizer.schedulers.ask_tell_scheduler import AskTellScheduler
 from syne_tune.optimizer.schedulers.multiobjective.moasha import MOASHA
 from syne_tune.optimizer.schedulers.multiobjective.multi_objective_regularized_evolution import (
-    MultiObjectiveRegularizedEvolution)
+    MultiObjectiveRegularizedEvolution,
+)
 from syne_tune.optimizer.schedulers.single_fidelity_scheduler import SingleFidelityScheduler
 
 from ..evaluator import Evaluator
@@ -34,7 +35,7 @@ def _metrics(evaluate: Evaluator) -> list[str]:
 
 
 def _result(names: list[str], values: np.ndarray) -> dict[str, float]:
-    return {name: float(v) for name, v in zip(names, values)}
+    return {name: float(v) for name, v in zip(names, values, strict=True)}
 
 
 def _ask_tell(evaluate: Evaluator, genome: Genome, scheduler: SingleFidelityScheduler) -> None:
