@@ -19,6 +19,33 @@ def test_repository_params_are_valid() -> None:
     assert params.load(REPO_ROOT / "params.yaml") == DEFAULT
 
 
+@pytest.mark.parametrize("overlay", sorted(p.name for p in (REPO_ROOT / "params").glob("*.yaml")))
+def test_repository_overlays_are_valid(overlay: str) -> None:
+    merged = params.load_overlaid(REPO_ROOT / "params.yaml", [REPO_ROOT / "params" / overlay])
+    assert merged != DEFAULT
+
+
+def test_full_overlay_only_scales_the_default_up() -> None:
+    """params/full.yaml changes sizes (steps, counts, budgets, time limits), never what runs."""
+    full = params.load_overlaid(REPO_ROOT / "params.yaml", [REPO_ROOT / "params" / "full.yaml"])
+
+    def numbers(doc: object, path: str = "") -> dict[str, object]:
+        if isinstance(doc, dict):
+            return {k: v for key, value in doc.items()
+                    for k, v in numbers(value, f"{path}.{key}" if path else key).items()}
+        return {path: doc}
+
+    default, larger = numbers(DEFAULT), numbers(full)
+    assert default.keys() == larger.keys()
+    changed = {k for k in default if default[k] != larger[k]}
+    assert changed and "supernet.steps" in changed and "sample.n_archs" in changed
+    for key in changed:
+        if isinstance(default[key], list):  # snapshots and ks scale with steps and archs
+            assert len(larger[key]) == len(default[key]) and larger[key] >= default[key], key
+        else:
+            assert isinstance(default[key], int | float) and larger[key] >= default[key], key
+
+
 def test_workflow_schema_is_the_packaged_one() -> None:
     workflow_schema = REPO_ROOT / "workflow" / "schemas" / "params.schema.yaml"
     assert yaml.safe_load(workflow_schema.read_text()) == params.schema()
@@ -50,11 +77,11 @@ def test_bad_value_names_field_and_allowed(path: list[str], value: object,
 
 
 @pytest.mark.parametrize(("value", "expected"), [
-    ([100, 300], ["supernet.snapshots: [100, 300]", "< supernet.steps (300)",
-                  "drop [300] or raise supernet.steps"]),
-    ([200, 100], ["supernet.snapshots: [200, 100]", "increasing order, e.g. [100, 200]"]),
+    ([50, 150], ["supernet.snapshots: [50, 150]", "< supernet.steps (150)",
+                 "drop [150] or raise supernet.steps"]),
+    ([100, 50], ["supernet.snapshots: [100, 50]", "increasing order, e.g. [50, 100]"]),
     ([0], ["supernet.snapshots.0", ">= 1"]),
-    ([100, 100], ["supernet.snapshots: [100, 100]", "training steps at which a snapshot"]),
+    ([50, 50], ["supernet.snapshots: [50, 50]", "training steps at which a snapshot"]),
 ])
 def test_snapshots_must_fit_the_training_steps(value: list[int], expected: list[str]) -> None:
     with pytest.raises(params.ParamsError) as info:

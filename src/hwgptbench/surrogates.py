@@ -9,18 +9,26 @@ snapshot after N training steps, a lower fidelity) and
 merged into ``quality.parquet`` and ``quality.json`` (DVC metrics); beside each quality table
 ``predictions.parquet``, the out-of-fold predictions behind it (measured, predicted, interval),
 merged into ``predictions.parquet``.
+
+Every (target, family) fit is independent, so ``surrogate.workers`` processes run them in
+parallel (each model is single-threaded and seeded, so the results do not depend on it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import multiprocessing
 import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
+from tqdm import tqdm
 
 from .archs import read_archs_from, write_table
 from .io import atomic_dir, atomic_write_json
@@ -94,34 +102,87 @@ def _skipped(section: dict[str, Any], base: dict[str, Any], reason: str, rows: i
             for family in section["families"]]
 
 
-def _fit_families(section: dict[str, Any], X: np.ndarray, y: np.ndarray,
-                  folder: Path, metadata: dict[str, Any], ids: Sequence[str],
-                  predictions: list[pl.DataFrame]) -> list[dict[str, Any]]:
-    """Cross-validate and fit every family on (X, y); save each; return quality rows and
-    append the out-of-fold predictions of the archs ``ids`` to ``predictions``."""
-    base = _base_row(section, metadata["metric"], metadata["device"], metadata["condition"])
+@dataclass(frozen=True)
+class _Target:
+    """The data of one surrogate target: features, values, where its models go, and why."""
+
+    X: np.ndarray
+    y: np.ndarray
+    folder: Path
+    metadata: dict[str, Any]
+    ids: list[str]
+
+
+def _fit_family(section: dict[str, Any], target: _Target, family: str
+                ) -> tuple[dict[str, Any], pl.DataFrame]:
+    """Cross-validate and fit one family on a target; save it; return its quality row and
+    the out-of-fold predictions of the target's archs."""
+    meta = target.metadata
+    base = _base_row(section, meta["metric"], meta["device"], meta["condition"])
+    factory = make_factory(section, family)
+    quality = cross_validate(factory, target.X, target.y, section["folds"], section["seed"])
+    save_surrogate(factory().fit(target.X, target.y), target.folder / family,
+                   {**meta, "training_rows": len(target.y)})
+    row = {**base, "family": family, "status": "ok", "reason": None,
+           **{k: quality[k] for k in ("rows", "r2", "mae", "kendall_tau", "spearman_rho",
+                                      "coverage")}}
+    predictions = pl.DataFrame(
+        {"metric": base["metric"], "device": base["device"], "condition": base["condition"],
+         "family": family, "arch_id": target.ids, "measured": target.y,
+         **{k: quality[k] for k in ("predicted", "lower", "upper")}},
+        schema=PREDICTION_SCHEMA)
+    return row, predictions
+
+
+def _fit_targets(section: dict[str, Any], targets: list[_Target | list[dict[str, Any]]],
+                 staging: Path) -> pl.DataFrame:
+    """Fit every family of every target (a list of quality rows stands for a target that
+    was skipped), ``surrogate.workers`` fits at a time; write and return the quality table."""
+    jobs = [(target, family) for target in targets if isinstance(target, _Target)
+            for family in section["families"]]
+    # absent: 1 (sections built by hand); null: one process per core
+    workers = min(section.get("workers", 1) or os.cpu_count() or 1, max(len(jobs), 1))
+    progress = tqdm(total=len(jobs), desc="surrogate fits", unit="fit")
+    results = []
+    with contextlib.ExitStack() as stack:
+        if workers > 1:
+            # spawn: the workers import torch afresh instead of inheriting this process's threads
+            pool = stack.enter_context(ProcessPoolExecutor(
+                workers, mp_context=multiprocessing.get_context("spawn")))
+            fitted = pool.map(_fit_family, [section] * len(jobs), *zip(*jobs, strict=True))
+        else:
+            fitted = (_fit_family(section, target, family) for target, family in jobs)
+        for row, predicted in fitted:
+            log.info("%s %s %s %s: R² %.3f, Kendall τ %.3f, coverage %.2f", row["family"],
+                     row["metric"], row["device"], row["condition"], row["r2"],
+                     row["kendall_tau"], row["coverage"])
+            results.append((row, predicted))
+            progress.update()
+    progress.close()
+    fitted_rows = iter(results)
+    rows: list[dict[str, Any]] = []
+    predictions: list[pl.DataFrame] = []
+    for target in targets:
+        if not isinstance(target, _Target):
+            rows += target
+            continue
+        for _family in section["families"]:
+            row, predicted = next(fitted_rows)
+            rows.append(row)
+            predictions.append(predicted)
+    return _write_quality(rows, predictions, staging)
+
+
+def _target(section: dict[str, Any], X: np.ndarray, y: np.ndarray, folder: Path,
+            metadata: dict[str, Any], ids: Sequence[str]) -> _Target | list[dict[str, Any]]:
+    """A target to fit, or its skipped quality rows when it has too few measured archs."""
     if len(y) < section["min_rows"]:
+        base = _base_row(section, metadata["metric"], metadata["device"],
+                         metadata["condition"])
         reason = f"{len(y)} measured archs < surrogate.min_rows {section['min_rows']}"
         log.warning("%s %s %s: no surrogate: %s", *list(base.values())[:3], reason)
         return _skipped(section, base, reason, len(y))
-    rows = []
-    for family in section["families"]:
-        factory = make_factory(section, family)
-        quality = cross_validate(factory, X, y, section["folds"], section["seed"])
-        save_surrogate(factory().fit(X, y), folder / family,
-                       {**metadata, "training_rows": len(y)})
-        rows.append({**base, "family": family, "status": "ok", "reason": None,
-                     **{k: quality[k] for k in ("rows", "r2", "mae", "kendall_tau",
-                                                "spearman_rho", "coverage")}})
-        predictions.append(pl.DataFrame(
-            {"metric": base["metric"], "device": base["device"], "condition": base["condition"],
-             "family": family, "arch_id": list(ids), "measured": y,
-             **{k: quality[k] for k in ("predicted", "lower", "upper")}},
-            schema=PREDICTION_SCHEMA))
-        log.info("%s %s %s %s: R² %.3f, Kendall τ %.3f, coverage %.2f", family,
-                 *list(base.values())[:3], quality["r2"], quality["kendall_tau"],
-                 quality["coverage"])
-    return rows
+    return _Target(X, y, folder, metadata, list(ids))
 
 
 def _metadata(space: SearchSpace, metric: str, device: str, condition: str,
@@ -139,8 +200,7 @@ def fit_perplexity(section: dict[str, Any], space: SearchSpace, vocab_size: int,
     written to ``out_dir``: the largest ``train_steps`` (the fully trained supernet) with
     condition ``any`` in ``{family}/``, each lower one in ``steps-{N}/{family}/``."""
     fidelities = sorted(table["train_steps"].unique(), reverse=True)
-    rows: list[dict[str, Any]] = []
-    predictions: list[pl.DataFrame] = []
+    targets: list[_Target | list[dict[str, Any]]] = []
     with atomic_dir(out_dir) as staging:
         for steps in fidelities:
             final = steps == fidelities[0]
@@ -150,9 +210,9 @@ def fit_perplexity(section: dict[str, Any], space: SearchSpace, vocab_size: int,
             metadata = {**_metadata(space, "perplexity", ANY, condition, {}, vocab_size, 1,
                                     space.block_size), "train_steps": steps}
             folder = staging if final else staging / condition
-            rows += _fit_families(section, X, group["perplexity"].to_numpy(), folder, metadata,
-                                  group["arch_id"].to_list(), predictions)
-        return _write_quality(rows, predictions, staging)
+            targets.append(_target(section, X, group["perplexity"].to_numpy(), folder,
+                                   metadata, group["arch_id"].to_list()))
+        return _fit_targets(section, targets, staging)
 
 
 def fit_device(section: dict[str, Any], space: SearchSpace, vocab_size: int,
@@ -164,8 +224,7 @@ def fit_device(section: dict[str, Any], space: SearchSpace, vocab_size: int,
         raise ValueError(f"a device table holds one device, found {devices}")
     fingerprint_columns = [c for c in ("device_kind", "device_name", "cpu_model",
                                        "gpu_memory_gb", "torch_version") if c in table.columns]
-    rows: list[dict[str, Any]] = []
-    predictions: list[pl.DataFrame] = []
+    targets: list[_Target | list[dict[str, Any]]] = []
     with atomic_dir(out_dir) as staging:
         ok = with_condition_columns(table.filter(pl.col("status") == "ok"))
         for key, group in ok.group_by(list(CONDITION_KEYS), maintain_order=True):
@@ -178,12 +237,12 @@ def fit_device(section: dict[str, Any], space: SearchSpace, vocab_size: int,
                                      vocab_size, key[0], key[1])
                 if not present.any():
                     base = _base_row(section, metric, devices[0], condition)
-                    rows += _skipped(section, base, _null_reason(group, metric), 0)
+                    targets.append(_skipped(section, base, _null_reason(group, metric), 0))
                     continue
-                rows += _fit_families(section, X[present], group[metric].to_numpy()[present],
-                                      staging / metric / condition, metadata,
-                                      group["arch_id"].filter(present).to_list(), predictions)
-        return _write_quality(rows, predictions, staging)
+                targets.append(_target(section, X[present], group[metric].to_numpy()[present],
+                                       staging / metric / condition, metadata,
+                                       group["arch_id"].filter(present).to_list()))
+        return _fit_targets(section, targets, staging)
 
 
 def _write_quality(rows: list[dict[str, Any]], predictions: list[pl.DataFrame],
