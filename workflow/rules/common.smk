@@ -94,6 +94,20 @@ def runtime_tables(scale, device=None):
     return [f"{RESULTS}/{scale}/runtime/{label}.parquet" for label in labels]
 
 
+def breakdown_tables(scale):
+    """The breakdown tables of a scale: one beside each of its runtime tables (the runtime
+    job writes both)."""
+    return [f"{RESULTS}/{scale}/breakdown/{label}.parquet" for label in runtime_labels(scale)]
+
+
+def results_folder(wildcards, input):
+    """`--results` of a command that reads the tables of {scale} from the results folder: the
+    folder above {scale} in the path of its input `perplexity`, taken from the input rather
+    than hardcoded (so it is right wherever Snakemake puts the inputs)."""
+    scale_dir = next(p for p in Path(input.perplexity).parents if p.name == wildcards.scale)
+    return str(scale_dir.parent)
+
+
 def params_flags(wildcards, input):
     """`--params FILE` for each params-section file among a rule's inputs."""
     files = [input.params] if isinstance(input.params, str) else input.params
@@ -105,3 +119,34 @@ def corpus_files(corpus):
     if corpus["source"] == "text_files":
         return sorted(str(p) for p in Path(corpus["path"]).glob(corpus["pattern"]) if p.is_file())
     return []
+
+
+def search_inputs(wildcards):
+    """Params and the surrogates a search of (scale, device) reads."""
+    return {
+        "params": [PARAMS["search"], PARAMS[f"spaces.{wildcards.scale}"]],
+        "perplexity": rules.surrogates_perplexity.output[0].format(scale=wildcards.scale),
+        "device": rules.surrogates_device.output[0].format(scale=wildcards.scale,
+                                                           device=wildcards.device),
+    }
+
+
+# Report captions (workflow/report/), relative to the rule files.
+CAPTIONS = "../report"
+
+
+def figure_output(name):
+    """A figure of a scale as a report item (caption workflow/report/{name}.rst)."""
+    return report(f"{RESULTS}/{{scale}}/figures/{name}.png", caption=f"{CAPTIONS}/{name}.rst",
+                  category="Figures", subcategory="{scale}")
+
+
+def table_output(name):
+    """A table of a scale as a report item (caption workflow/report/table_{name}.rst)."""
+    return report(f"{RESULTS}/{{scale}}/tables/{name}.csv", caption=f"{CAPTIONS}/table_{name}.rst",
+                  category="Tables", subcategory="{scale}")
+
+
+def compress_params(*entries):
+    """The params files of the given compress entries (results/.params/compress.{entry}.json)."""
+    return [PARAMS[f"compress.{entry}"] for entry in entries]

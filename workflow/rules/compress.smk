@@ -4,10 +4,6 @@
 COMPRESS = f"{RESULTS}/compress/{config['compress']['name']}"
 
 
-def compress_params(*entries):
-    return [PARAMS[f"compress.{entry}"] for entry in entries]
-
-
 rule compress_dense:
     """The dense model: trained here (compress.source: pretrain; resumes) or imported from a
     local Hugging Face LLaMA-family checkpoint (huggingface)."""
@@ -18,6 +14,7 @@ rule compress_dense:
         f"{COMPRESS}/dense.pt",
     params:
         files=params_flags,
+        work_dir=f"{COMPRESS}/.dense",
     threads: workflow.cores
     resources:
         **gpu_resources(config["compress"]["pretrain"]["device"], 1),
@@ -25,7 +22,7 @@ rule compress_dense:
         f"{RESULTS}/logs/compress/dense.log",
     shell:
         "hwgptbench compress-dense {params.files} --data {input.data} --out {output}"
-        " --work-dir {COMPRESS}/.dense 2>&1 | tee {log}"
+        " --work-dir {params.work_dir} 2>&1 | tee {log}"
 
 
 rule compress_finetune:
@@ -40,6 +37,7 @@ rule compress_finetune:
         loss=f"{COMPRESS}/supernet/loss.parquet",
     params:
         files=params_flags,
+        work_dir=f"{COMPRESS}/.finetune",
     threads: workflow.cores
     resources:
         **gpu_resources(config["compress"]["finetune"]["device"], 1),
@@ -47,7 +45,7 @@ rule compress_finetune:
         f"{RESULTS}/logs/compress/finetune.log",
     shell:
         "hwgptbench compress-finetune {params.files} --data {input.data} --dense {input.dense}"
-        " --out $(dirname {output.model}) --work-dir {COMPRESS}/.finetune 2>&1 | tee {log}"
+        " --out $(dirname {output.model}) --work-dir {params.work_dir} 2>&1 | tee {log}"
 
 
 rule compress_search:

@@ -1,19 +1,8 @@
 from hwgptbench.catalog import FIGURES, TABLES
 
-CAPTIONS = "../report"
 # imported perplexities come without a supernet, so without its training-loss figure
 SCALE_FIGURES = [name for name in FIGURES if not (IMPORTED and name == "supernet_loss")]
 PLOTS = ["hypervolume", "surrogate_predictions", *([] if IMPORTED else ["supernet_loss"])]
-
-
-def figure_output(name):
-    return report(f"{RESULTS}/{{scale}}/figures/{name}.png", caption=f"{CAPTIONS}/{name}.rst",
-                  category="Figures", subcategory="{scale}")
-
-
-def table_output(name):
-    return report(f"{RESULTS}/{{scale}}/tables/{name}.csv", caption=f"{CAPTIONS}/table_{name}.rst",
-                  category="Tables", subcategory="{scale}")
 
 
 rule figures_of_scale:
@@ -36,10 +25,12 @@ rule figures_of_scale:
         **{f"figure_{name}": figure_output(name) for name in SCALE_FIGURES},
         **{f"table_{name}": table_output(name) for name in TABLES},
         plots=[f"{RESULTS}/{{scale}}/plots/{name}.csv" for name in PLOTS],
+    params:
+        results=results_folder,
     log:
         f"{RESULTS}/logs/{{scale}}/figures.log",
     shell:
-        "hwgptbench figures --scale {wildcards.scale} --results {RESULTS} {input.runs}"
+        "hwgptbench figures --scale {wildcards.scale} --results {params.results} {input.runs}"
         " 2>&1 | tee {log}"
 
 

@@ -15,6 +15,7 @@ rule measure:
     params:
         files=params_flags,
         vocab=vocab_flag,
+        shards=MEASURE_SHARDS,
     threads: workflow.cores  # alone on the machine: concurrent jobs would distort timings
     resources:
         **measure_resources(),  # on a cluster: the node of cluster.devices[{device}]
@@ -23,7 +24,7 @@ rule measure:
     shell:
         "hwgptbench measure --scale {wildcards.scale} {params.files} {params.vocab}"
         " --archs {input.archs} --device {wildcards.device}"
-        " --shard {wildcards.shard}/{MEASURE_SHARDS} --out {output} 2>&1 | tee {log}"
+        " --shard {wildcards.shard}/{params.shards} --out {output} 2>&1 | tee {log}"
 
 
 rule measure_device:
@@ -48,8 +49,10 @@ rule measurements:
         lambda wc: device_tables(wc.scale),
     output:
         f"{RESULTS}/{{scale}}/measurements.parquet",
+    params:
+        measure_dir=lambda wc: f"{RESULTS}/{wc.scale}/measure",
     log:
         f"{RESULTS}/logs/{{scale}}/measurements.log",
     shell:
-        "mkdir -p {RESULTS}/{wildcards.scale}/measure && hwgptbench merge-measurements --devices"
+        "mkdir -p {params.measure_dir} && hwgptbench merge-measurements --devices"
         " --out {output} {input} 2>&1 | tee {log}"

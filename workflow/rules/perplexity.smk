@@ -13,16 +13,20 @@ if IMPORTED:
             files=params_flags,
             source=(f"--source-url {HWGPTBENCH['source_url']}" if HWGPTBENCH["source_url"]
                     else ""),
+            url=HWGPTBENCH["url"],
+            rev=HWGPTBENCH["rev"],
+            imported=HWGPTBENCH["files"],
+            vocab_size=HWGPTBENCH["vocab_size"],
         resources:
             dvc=1,  # one `dvc import` at a time in the project (`--resources dvc=1`)
         log:
             f"{RESULTS}/logs/{{scale}}/perplexity.log",
         shell:
-            "(hwgptbench fetch-hwgptbench --scale {wildcards.scale} --url {HWGPTBENCH[url]}"
-            " --rev {HWGPTBENCH[rev]} --out {HWGPTBENCH[files]} &&"
+            "(hwgptbench fetch-hwgptbench --scale {wildcards.scale} --url {params.url}"
+            " --rev {params.rev} --out {params.imported} &&"
             " hwgptbench import-perplexity --scale {wildcards.scale} {params.files}"
-            " --files {HWGPTBENCH[files]} --rev {HWGPTBENCH[rev]} {params.source}"
-            " --vocab-size {HWGPTBENCH[vocab_size]} --out {output.table}"
+            " --files {params.imported} --rev {params.rev} {params.source}"
+            " --vocab-size {params.vocab_size} --out {output.table}"
             " --report {output.report}) 2>&1 | tee {log}"
 
 else:

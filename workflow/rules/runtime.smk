@@ -28,14 +28,16 @@ rule runtime_merged:
     """The runtime and breakdown tables of every device of a scale, one table each."""
     input:
         runtime=lambda wc: runtime_tables(wc.scale),
-        breakdown=lambda wc: [p.replace("/runtime/", "/breakdown/")
-                              for p in runtime_tables(wc.scale)],
+        breakdown=lambda wc: breakdown_tables(wc.scale),
     output:
         runtime=f"{RESULTS}/{{scale}}/runtime.parquet",
         breakdown=f"{RESULTS}/{{scale}}/breakdown.parquet",
+    params:
+        # DVC outputs (results/{scale}/runtime, breakdown): made even when no device has a table
+        dirs=lambda wc: [f"{RESULTS}/{wc.scale}/runtime", f"{RESULTS}/{wc.scale}/breakdown"],
     log:
         f"{RESULTS}/logs/{{scale}}/runtime_merged.log",
     shell:
-        "mkdir -p {RESULTS}/{wildcards.scale}/runtime {RESULTS}/{wildcards.scale}/breakdown &&"
+        "mkdir -p {params.dirs} &&"
         " hwgptbench merge-runtime --out {output.runtime} --breakdown-out {output.breakdown}"
         " --runtime {input.runtime} --breakdown {input.breakdown} 2>&1 | tee {log}"

@@ -9,16 +9,6 @@ for scale in SCALES:
             f"{', '.join(device_labels(scale)) or 'none'}")
 
 
-def search_inputs(wildcards):
-    """Params and the surrogates a search of (scale, device) reads."""
-    return {
-        "params": [PARAMS["search"], PARAMS[f"spaces.{wildcards.scale}"]],
-        "perplexity": rules.surrogates_perplexity.output[0].format(scale=wildcards.scale),
-        "device": rules.surrogates_device.output[0].format(scale=wildcards.scale,
-                                                           device=wildcards.device),
-    }
-
-
 rule search_reference:
     """Scaling, reference point and reference Pareto front of an objective set on a device."""
     input:
@@ -27,12 +17,13 @@ rule search_reference:
         directory(f"{RESULTS}/{{scale}}/search/{{objectives}}/{{device}}/reference"),
     params:
         files=params_flags,
+        results=results_folder,
     log:
         f"{RESULTS}/logs/{{scale}}/search-{{objectives}}-{{device}}-reference.log",
     shell:
         "hwgptbench search-reference --scale {wildcards.scale} {params.files}"
-        " --results {RESULTS} --objectives {wildcards.objectives} --device {wildcards.device}"
-        " --out {output} 2>&1 | tee {log}"
+        " --results {params.results} --objectives {wildcards.objectives}"
+        " --device {wildcards.device} --out {output} 2>&1 | tee {log}"
 
 
 rule search:
@@ -44,11 +35,12 @@ rule search:
         directory(f"{RESULTS}/{{scale}}/search/{{objectives}}/{{device}}/{{algorithm}}"),
     params:
         files=params_flags,
+        results=results_folder,
     threads: 1
     log:
         f"{RESULTS}/logs/{{scale}}/search-{{objectives}}-{{device}}-{{algorithm}}.log",
     shell:
-        "hwgptbench search --scale {wildcards.scale} {params.files} --results {RESULTS}"
+        "hwgptbench search --scale {wildcards.scale} {params.files} --results {params.results}"
         " --objectives {wildcards.objectives} --device {wildcards.device}"
         " --algorithm {wildcards.algorithm} --reference {input.reference}"
         " --threads {threads} --out {output} 2>&1 | tee {log}"

@@ -15,6 +15,7 @@ rule supernet:
         # supernet.processes > 1: one process per GPU under torchrun (batch_size is global)
         launcher=(f"torchrun --standalone --nproc_per_node {config['supernet']['processes']}"
                   " -m hwgptbench.cli" if config["supernet"]["processes"] > 1 else "hwgptbench"),
+        work_dir=lambda wc: f"{RESULTS}/{wc.scale}/.train",
     threads: workflow.cores  # torch uses every core
     resources:
         **gpu_resources(config["supernet"]["device"], config["supernet"]["processes"]),
@@ -22,7 +23,7 @@ rule supernet:
         f"{RESULTS}/logs/{{scale}}/supernet.log",
     shell:
         "{params.launcher} train --scale {wildcards.scale} {params.files} --data {input.data}"
-        " --out $(dirname {output.model}) --work-dir {RESULTS}/{wildcards.scale}/.train"
+        " --out $(dirname {output.model}) --work-dir {params.work_dir}"
         " 2>&1 | tee {log}"
 
 
