@@ -52,6 +52,8 @@ hwgptbench: $(VENV)/.installed
 pull: $(VENV)/.installed
 	hwgptbench pull
 
+# test modules spread over TEST_WORKERS processes (pytest-xdist), one module per process
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed-test
 	ruff check .
-	pytest
+	pytest -n $(TEST_WORKERS) --dist loadfile

@@ -79,3 +79,17 @@ def shakespeare(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def project(tmp_path: Path) -> Path:
     """A scratch copy of the project (see :func:`make_project`)."""
     return make_project(tmp_path)
+
+
+# Modules that take minutes: collected first, so that under `make test` (pytest-xdist,
+# --dist loadfile) a worker starts each of them at once while the others share the rest.
+LONG_MODULES = ("test_workflow.py", "test_runtime.py", "test_measurements.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Long modules first, each in its own order; the rest as collected."""
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return LONG_MODULES.index(name) if name in LONG_MODULES else len(LONG_MODULES)
+
+    items.sort(key=rank)

@@ -77,11 +77,11 @@ def test_bad_value_names_field_and_allowed(path: list[str], value: object,
 
 
 @pytest.mark.parametrize(("value", "expected"), [
-    ([50, 150], ["supernet.snapshots: [50, 150]", "< supernet.steps (150)",
-                 "drop [150] or raise supernet.steps"]),
-    ([100, 50], ["supernet.snapshots: [100, 50]", "increasing order, e.g. [50, 100]"]),
+    ([40, 120], ["supernet.snapshots: [40, 120]", "< supernet.steps (120)",
+                 "drop [120] or raise supernet.steps"]),
+    ([80, 40], ["supernet.snapshots: [80, 40]", "increasing order, e.g. [40, 80]"]),
     ([0], ["supernet.snapshots.0", ">= 1"]),
-    ([50, 50], ["supernet.snapshots: [50, 50]", "training steps at which a snapshot"]),
+    ([40, 40], ["supernet.snapshots: [40, 40]", "training steps at which a snapshot"]),
 ])
 def test_snapshots_must_fit_the_training_steps(value: list[int], expected: list[str]) -> None:
     with pytest.raises(params.ParamsError) as info:

@@ -1,0 +1,54 @@
+"""Wall time of the surrogate stage on one device table: 1 worker vs several, same results.
+
+    python benchmarks/surrogate_fit.py --measurements results/tiny/measure/DEVICE.parquet \
+        [--runtime results/tiny/runtime/DEVICE.parquet] [--workers 2] [--params params.yaml]
+
+Fits every family of every (metric, condition) as the `surrogates_device` rule does, once with
+``surrogate.workers: 1`` and once with ``--workers``, into temporary folders, and prints both
+wall times, their ratio, and whether the two quality tables are identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import polars as pl
+from polars.testing import assert_frame_equal
+
+from hwgptbench import data, params, surrogates
+from hwgptbench.space import SearchSpace
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--measurements", required=True)
+    parser.add_argument("--runtime", default=None)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--scale", default="tiny")
+    args = parser.parse_args()
+    config = params.load(args.params)
+    space = SearchSpace.from_dict(args.scale, config["spaces"][args.scale])
+    folder = Path("results/data") / config["data"]["name"]
+    vocab = data.TokenShards.open(folder).manifest["tokenizer"]["vocab_size"]
+    table = pl.read_parquet(args.measurements)
+    if args.runtime:
+        table = pl.concat([table, pl.read_parquet(args.runtime)], how="diagonal_relaxed")
+    seconds, quality = {}, {}
+    for workers in (1, args.workers):
+        section = {**config["surrogate"], "workers": workers}
+        with tempfile.TemporaryDirectory() as out:
+            start = time.perf_counter()
+            quality[workers] = surrogates.fit_device(section, space, vocab, table, Path(out) / "m")
+            seconds[workers] = time.perf_counter() - start
+        print(f"workers {workers}: {seconds[workers]:.1f} s, "
+              f"{quality[workers].filter(pl.col('status') == 'ok').height} surrogates")
+    assert_frame_equal(quality[1], quality[args.workers])
+    print(f"speed-up {seconds[1] / seconds[args.workers]:.2f}x; quality tables identical")
+
+
+if __name__ == "__main__":
+    main()
