@@ -83,7 +83,8 @@ def test_quality_table_and_dvc_metrics(results: Path) -> None:
     assert skipped["status"] == "skipped" and "no RAPL here" in skipped["reason"]
     metrics = json.loads((results / "tiny" / "surrogate_quality.json").read_text())
     assert set(metrics["latency_ms"][DEVICE]["b1-t128-fp32-eager"]["lightgbm"]) == {
-        "r2", "mae", "kendall_tau", "spearman_rho", "coverage"}
+        "r2", "mae", "kendall_tau", "spearman_rho", "within_5pct", "within_10pct", "mdape",
+        "max_ape", "coverage", "selected"}
     assert set(metrics["perplexity"]["any"]) == {"any", "steps-50"}
 
 
@@ -190,10 +191,36 @@ def test_one_device_and_the_measured_default_condition_need_no_naming(results: P
         "b1-t64-fp32-eager", "b1-t128-bf16-eager", "b1-t64-fp32-eager-int8"]
 
 
+def test_best_family_is_the_one_each_quality_table_selected(tmp_path: Path) -> None:
+    perplexity, device_table = synthetic_tables()
+    section = {**SECTION, "families": ["lightgbm", "mlp_ensemble"],
+               "mlp_ensemble": {"members": 2, "epochs": 60, "hidden": 16}}
+    folder = tmp_path / "tiny" / "surrogates"
+    surrogates.fit_perplexity(section, SPACE, VOCAB, perplexity, folder / "perplexity")
+    quality = surrogates.fit_device(section, SPACE, VOCAB, device_table,
+                                    folder / "devices" / DEVICE)
+    fitted = quality.filter(pl.col("status") == "ok")
+    assert fitted.group_by("metric", "condition").agg(pl.col("selected").sum())[
+        "selected"].to_list() == [1, 1]  # latency and memory: one family each
+    best = Benchmark.load("tiny", tmp_path)
+    chosen = best.selection.filter(pl.col("device") == DEVICE).select(
+        "metric", "condition", "family").sort("metric")
+    assert chosen.rows() == fitted.filter("selected").select(
+        "metric", "condition", "family").sort("metric").rows()
+    archs = SPACE.sample(5, seed=9)
+    for metric, _, family in chosen.rows():
+        forced = Benchmark.load("tiny", tmp_path, family=family)
+        assert best.query(archs, metric, device=DEVICE).equals(
+            forced.query(archs, metric, device=DEVICE))
+        assert set(forced.used()["family"]) == {family}
+    assert set(best.used()["metric"]) == set(chosen["metric"])
+
+
 def test_missing_surrogates_and_unknown_family(results: Path, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no surrogates"):
         Benchmark.load("tiny", tmp_path)
-    with pytest.raises(QueryError, match="unknown surrogate family 'xgb'; available: lightgbm"):
+    with pytest.raises(QueryError, match="unknown surrogate family 'xgb'; available: best, "
+                                         "lightgbm"):
         Benchmark.load("tiny", results, family="xgb")
 
 

@@ -268,10 +268,14 @@ def test_nvml_meter_and_its_power_sampling_fallback(monkeypatch: pytest.MonkeyPa
 # memory
 
 
+def _cpu_rows(archs: list, dtype: torch.dtype, batch: int = 1) -> list[dict]:
+    x = torch.randint(VOCAB, (batch, 128), generator=torch.Generator().manual_seed(0))
+    return [cpu_memory(runner.build_model(TINY, arch, VOCAB, 0, CPU, dtype), x) for arch in archs]
+
+
 def test_cpu_memory_of_a_forward() -> None:
     small, large = TINY.smallest(), TINY.largest()
-    rows = {arch: cpu_memory(TINY, arch, VOCAB, torch.float32, 1, 128, seed=0, threads=2)
-            for arch in (small, large)}
+    rows = dict(zip((small, large), _cpu_rows([small, large], torch.float32), strict=True))
     for arch, row in rows.items():
         model = GPT(GPTConfig.from_space(TINY, arch, VOCAB))
         rotary = model.rotary.cos.numel() * 2 * 4
@@ -279,7 +283,23 @@ def test_cpu_memory_of_a_forward() -> None:
         assert row["memory_weights_mb"] * 2**20 == tensor_bytes(model)
         assert row["memory_reason"] is None
         assert row["memory_peak_mb"] > row["memory_activations_mb"] > 0
-    assert rows[large]["memory_weights_mb"] > rows[small]["memory_weights_mb"]
+        # the logits alone (1 x 128 x VOCAB float32) are held at the end of the forward
+        assert row["memory_activations_mb"] * 2**20 >= 128 * VOCAB * 4
+    assert rows[large]["memory_peak_mb"] > rows[small]["memory_peak_mb"]
+    assert _cpu_rows([large], torch.float32, batch=4)[0]["memory_activations_mb"] > (
+        3 * rows[large]["memory_activations_mb"])
+
+
+def test_cpu_memory_is_a_property_of_model_and_input() -> None:
+    archs = TINY.sample(8, seed=3)
+    fp32 = _cpu_rows(archs, torch.float32)
+    _ = [torch.ones(2**22) for _ in range(8)]  # what the process did before must not count
+    assert _cpu_rows(archs, torch.float32) == fp32
+    bf16 = _cpu_rows(archs, torch.bfloat16)
+    assert all(f["memory_weights_mb"] == 2 * b["memory_weights_mb"]
+               for f, b in zip(fp32, bf16, strict=True))
+    peaks = [[row["memory_peak_mb"] for row in rows] for rows in (fp32, bf16)]
+    assert np.argsort(peaks[0]).tolist() == np.argsort(peaks[1]).tolist()
 
 
 def test_dtypes_run_on_cpu() -> None:

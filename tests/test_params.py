@@ -91,6 +91,20 @@ def test_snapshots_must_fit_the_training_steps(value: list[int], expected: list[
     assert params.validate(_broken(["supernet", "snapshots"], []))
 
 
+@pytest.mark.parametrize(("families", "family", "valid"), [
+    (["lightgbm", "mlp_ensemble"], "blend", True), (["lightgbm"], "blend", False),
+    (["lightgbm"], "mlp_ensemble", False), (["lightgbm"], "best", True)])
+def test_default_family_must_be_fitted(families: list[str], family: str, valid: bool) -> None:
+    doc = _broken(["surrogate", "families"], families)
+    doc["surrogate"]["default_family"] = family
+    if valid:
+        assert params.validate(doc)
+        return
+    with pytest.raises(params.ParamsError, match=rf"surrogate.default_family: '{family}' is not "
+                                                 r"fitted .* choose best"):
+        params.validate(doc)
+
+
 def test_missing_key_for_source_is_named() -> None:
     doc = copy.deepcopy(DEFAULT)
     doc["data"]["corpus"] = {"source": "huggingface", "split": "train", "text_field": "text"}

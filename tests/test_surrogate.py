@@ -15,8 +15,9 @@ from hwgptbench.space import SearchSpace
 from hwgptbench.surrogate import Surrogate
 from hwgptbench.surrogate.features import analytic_counts, feature_matrix, feature_names
 from hwgptbench.surrogate.lightgbm_model import LightGBMSurrogate
+from hwgptbench.surrogate.linear import LinearSurrogate
 from hwgptbench.surrogate.mlp import MLPEnsembleSurrogate
-from hwgptbench.surrogate.quality import cross_validate, interval_coverage
+from hwgptbench.surrogate.quality import cross_validate, interval_coverage, relative_errors
 from hwgptbench.surrogate.store import SurrogateMismatchError, load_surrogate, save_surrogate
 
 SPACES = {
@@ -35,7 +36,9 @@ FAMILIES: dict[str, Callable[..., Surrogate]] = {
     "lightgbm": lambda **options: LightGBMSurrogate(seed=3, **options),
     "mlp_ensemble": lambda **options: MLPEnsembleSurrogate(members=3, epochs=150, seed=3,
                                                            **options),
+    "linear": lambda **options: LinearSurrogate(**options),
 }
+NONLINEAR = ("lightgbm", "mlp_ensemble")
 
 
 def space(name: str) -> SearchSpace:
@@ -91,6 +94,35 @@ def test_fits_are_bit_identical(family: str) -> None:
         np.testing.assert_array_equal(a, b)
 
 
+def test_relative_errors_of_known_predictions() -> None:
+    y = np.array([100.0, 100.0, 100.0, 100.0, 50.0])
+    predicted = np.array([100.0, 104.0, 92.0, 130.0, 50.0 * 0.949])
+    errors = relative_errors(y, predicted)
+    assert errors["within_5pct"] == pytest.approx(2 / 5)  # 0% and 4%; not 5.1%, 8%, 30%
+    assert errors["within_10pct"] == pytest.approx(4 / 5)
+    assert errors["mdape"] == pytest.approx(5.1) and errors["max_ape"] == pytest.approx(30.0)
+
+
+def test_selection_takes_most_within_5pct_then_lowest_mdape() -> None:
+    keys = {"device": "d", "status": "ok"}
+    quality = pl.DataFrame([
+        {**keys, "metric": "latency_ms", "condition": "a", "family": "lightgbm",
+         "within_5pct": 0.90, "mdape": 1.0},
+        {**keys, "metric": "latency_ms", "condition": "a", "family": "mlp_ensemble",
+         "within_5pct": 0.95, "mdape": 2.0},
+        {**keys, "metric": "latency_ms", "condition": "b", "family": "lightgbm",
+         "within_5pct": 0.95, "mdape": 1.5},
+        {**keys, "metric": "latency_ms", "condition": "b", "family": "mlp_ensemble",
+         "within_5pct": 0.95, "mdape": 1.0},
+        {**keys, "metric": "energy_mj", "condition": "a", "family": "lightgbm",
+         "within_5pct": None, "mdape": None, "status": "skipped"},
+    ])
+    selected = surrogates.mark_selected(quality)
+    assert selected.filter("selected").select("condition", "family").rows() == [
+        ("a", "mlp_ensemble"), ("b", "mlp_ensemble")]
+    assert selected.height == quality.height and selected["selected"].sum() == 2
+
+
 def test_interval_coverage_exact_fraction() -> None:
     y = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
     low = np.array([0.0, 2.5, 3.0, 5.0, 4.0])
@@ -118,7 +150,7 @@ def test_lightgbm_interval_covers_known_gaussian_quantiles() -> None:
     assert np.mean(high - low) < 2.5 * 2 * 1.645 * 0.2
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", NONLINEAR)
 def test_cross_validate_smooth_function(family: str) -> None:
     X, y = smooth_data(300, seed=1)
     result = cross_validate(FAMILIES[family], X, y, folds=5, seed=0)
@@ -126,6 +158,17 @@ def test_cross_validate_smooth_function(family: str) -> None:
     assert result["r2"] > 0.9 and result["kendall_tau"] > 0.8 and result["spearman_rho"] > 0.9
     assert 0.7 <= result["coverage"] <= 1.0
     assert result["mae"] < 0.2 * np.mean(y)
+
+
+def test_linear_family_recovers_a_log_linear_target_from_few_rows() -> None:
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-1, 1, (400, 6)).astype(np.float32)
+    y = np.exp(X @ np.array([1.0, -0.5, 0.3, 0.0, 0.2, 0.8]) + rng.normal(0, 0.01, 400))
+    result = cross_validate(lambda: LinearSurrogate(coverage=0.9), X[:24], y[:24], 4, seed=0)
+    assert result["within_5pct"] == 1.0 and result["mdape"] < 2.0
+    model = LinearSurrogate(coverage=0.9).fit(X[:24], y[:24])
+    low, high = model.predict_interval(X[24:])
+    assert 0.8 <= interval_coverage(y[24:], low, high) <= 1.0
 
 
 def test_latency_like_target_ranks_well() -> None:
@@ -208,3 +251,35 @@ def test_fit_perplexity_one_surrogate_per_fidelity(tmp_path: Path) -> None:
         assert (meta["metric"], meta["device"]) == ("perplexity", "any")
         assert (meta["condition"], meta["train_steps"]) == (condition, steps)
         assert np.median(model.predict(X) / final) == pytest.approx(factor, rel=0.05)
+
+
+def test_blend_is_the_mean_of_the_families_and_scored_out_of_fold(tmp_path: Path) -> None:
+    sp = space("tiny")
+    archs = sp.sample(30, seed=7)
+    n_params, _ = analytic_counts(sp, sp.encode(archs), VOCAB, 1, sp.block_size)
+    table = pl.DataFrame({"arch_id": [a.id for a in archs], "train_steps": 40,
+                          "perplexity": 1e4 / np.log(n_params) ** 2})
+    section = {"families": ["lightgbm", "mlp_ensemble"], "folds": 3, "min_rows": 10, "seed": 0,
+               "coverage": 0.9, "lightgbm": {"num_iterations": 20, "num_leaves": 4,
+                                             "min_data_in_leaf": 3},
+               "mlp_ensemble": {"hidden": 16, "layers": 1, "members": 2, "epochs": 50,
+                                "lr": 0.01, "weight_decay": 0.0}}
+    quality = surrogates.fit_perplexity(section, sp, VOCAB, table, tmp_path / "perplexity")
+    assert quality["family"].to_list() == ["lightgbm", "mlp_ensemble", "blend"]
+    assert quality["selected"].sum() == 1
+    predictions = pl.read_parquet(tmp_path / "perplexity" / "predictions.parquet")
+    by_family = {f: predictions.filter(pl.col("family") == f) for f in quality["family"]}
+    for column in ("predicted", "lower", "upper"):
+        mean = (by_family["lightgbm"][column] + by_family["mlp_ensemble"][column]) / 2
+        np.testing.assert_allclose(by_family["blend"][column], mean)
+    blend = quality.row(2, named=True)
+    oof = by_family["blend"]
+    ape = (oof["predicted"] - oof["measured"]).abs() / oof["measured"]
+    assert blend["mdape"] == pytest.approx(100 * ape.median())
+    X = feature_matrix(sp, archs, VOCAB, 1, sp.block_size)
+    model, meta = load_surrogate(tmp_path / "perplexity" / "blend", expected_space=sp)
+    members = [load_surrogate(tmp_path / "perplexity" / f)[0] for f in section["families"]]
+    assert meta["family"] == "blend"
+    np.testing.assert_allclose(model.predict(X), np.mean([m.predict(X) for m in members], 0))
+    low, high = model.predict_interval(X)
+    assert (low <= model.predict(X)).all() and (model.predict(X) <= high).all()

@@ -46,6 +46,8 @@ MODES = ("surrogate", "measured")
 # results/{scale}/adapted/{device}/: surrogates of devices adapted from a few measured archs
 # (`hwgptbench adapt`, family "adapted") and those archs' measurements
 ADAPTED = "adapted"
+BEST = "best"  # the family that scored best out of fold, per (metric, device, condition)
+TARGET_KEYS = ["metric", "device", "condition"]
 
 
 class QueryError(ValueError):
@@ -73,6 +75,20 @@ def closest_conditions(conditions: Sequence[str], default: str | None) -> list[s
     return ranked[:SHOWN_CONDITIONS]
 
 
+def _selected(folder: Path) -> pl.DataFrame:
+    """(metric, device, condition, family) of the families selected by the quality tables
+    beside the surrogates (perplexity/ and each devices/{device}/)."""
+    paths = [folder / "perplexity" / "quality.parquet",
+             *sorted(folder.glob("devices/*/quality.parquet"))]
+    tables = [pl.read_parquet(p) for p in paths if p.exists()]
+    if not tables or any("selected" not in t.columns for t in tables):
+        raise QueryError(f"the quality tables under {folder} do not select a family (fitted "
+                         "before selection existed): refit the surrogates (`make run`), or "
+                         "name a family (family='lightgbm', --family lightgbm)")
+    return pl.concat([t.filter(pl.col("selected")).select(*TARGET_KEYS, "family")
+                      for t in tables])
+
+
 def _choose(kind: str, value: Any, available: Sequence[str]) -> str:
     if value not in available:
         raise QueryError(f"unknown {kind} {value!r}; available: {', '.join(available) or 'none'}")
@@ -96,8 +112,14 @@ class Benchmark:
 
     @classmethod
     def load(cls, scale: str = "tiny", results_dir: str | os.PathLike[str] = "results",
-             family: str = "lightgbm") -> Benchmark:
+             family: str = BEST) -> Benchmark:
         """The benchmark of ``scale`` from ``results_dir`` (surrogates, measurements, perplexity).
+
+        ``family`` ``best`` queries each (metric, device, condition) with the family its quality
+        table selected (``selected``: most out-of-fold predictions within ±5%, then lowest
+        MdAPE; the blend of the families is a candidate); a family name (``lightgbm``,
+        ``mlp_ensemble``, ``blend``) queries that family everywhere (:attr:`selection` shows
+        which).
 
         Devices adapted with `hwgptbench adapt` (``{scale}/adapted/``) are queried through their
         adapted surrogate wherever ``family`` has no surrogate of their (metric, condition).
@@ -125,9 +147,15 @@ class Benchmark:
                              f"{spaces['space_name'].to_list()}")
         fitted = sorted(set(index["family"]) - {ADAPTED})
         if fitted:  # adapted surrogates fill in under any family
-            _choose("surrogate family", family, fitted)
+            _choose("surrogate family", family, [BEST, *fitted])
         space = SearchSpace.from_dict(spaces["space_name"][0], json.loads(spaces["space"][0]))
-        chosen = index.filter(pl.col("family") == family)
+        if not fitted:  # adapted devices only
+            chosen = index.clear()
+        elif family == BEST:
+            chosen = index.join(_selected(root / "surrogates"),
+                                on=[*TARGET_KEYS, "family"], how="semi")
+        else:
+            chosen = index.filter(pl.col("family") == family)
         adapted = index.filter(pl.col("family") == ADAPTED).join(
             chosen, on=["metric", "device", "condition"], how="anti")
         measured = [pl.read_parquet(p) for p in [root / "measurements.parquet",
@@ -140,6 +168,17 @@ class Benchmark:
                    if measured else None,
                    pl.read_parquet(perplexity) if perplexity.exists() else None,
                    measured_default(Path(results_dir) / PARAMS_FILE))
+
+    @property
+    def selection(self) -> pl.DataFrame:
+        """The family queried per (metric, device, condition), with its train_steps."""
+        return self.index.select(*TARGET_KEYS, "train_steps", "family").sort(TARGET_KEYS)
+
+    def used(self) -> pl.DataFrame:
+        """The surrogates that queries so far went to: metric, device, condition, family."""
+        rows = [{k: entry[k] for k in [*TARGET_KEYS, "family"]}
+                for entry in self._entries.values()]
+        return pl.DataFrame(rows, schema=dict.fromkeys([*TARGET_KEYS, "family"], pl.String))
 
     @property
     def devices(self) -> list[str]:

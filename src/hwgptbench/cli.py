@@ -246,8 +246,8 @@ def cmd_devices(args: argparse.Namespace) -> None:
     with open_energy_meter(device) as meter:
         energy = f"yes ({meter.source})" if meter.available else f"no: {meter.reason}"
     print(f"  energy: {energy}")
-    memory = "allocator peak" if device.type == "cuda" else "peak RSS of a subprocess"
-    print(f"  memory: yes ({memory})")
+    memory = "allocator statistics" if device.type == "cuda" else "allocator events"
+    print(f"  memory: yes (tensor bytes, {memory})")
     for name, dtype in DTYPES.items():
         reason = dtype_unsupported_reason(dtype, device)
         print(f"  dtype {name}: {'yes' if reason is None else 'no: ' + reason}")
@@ -274,10 +274,10 @@ def cmd_merge_quality(args: argparse.Namespace) -> None:
     from . import surrogates
 
     quality = surrogates.merge_quality(args.inputs, args.scale, args.out, args.metrics_out)
-    with pl.Config(tbl_rows=100, tbl_cols=12, tbl_width_chars=160):
+    with pl.Config(tbl_rows=100, tbl_cols=12, tbl_width_chars=200):
         print(quality.filter(pl.col("status") == "ok").select(
             "metric", "device", "condition", "family", "rows", "r2", "kendall_tau",
-            "spearman_rho", "coverage"))
+            "within_5pct", "mdape", "max_ape", "coverage", "selected"))
 
 
 def _vocab_size(args: argparse.Namespace) -> int:
@@ -358,6 +358,10 @@ def cmd_query(args: argparse.Namespace) -> None:
     table = bench.query(ids, args.metric, device=args.device, condition=args.condition,
                         mode=args.mode, return_interval=args.interval,
                         fidelity=args.fidelity)
+    if args.mode == "surrogate":
+        for row in bench.used().iter_rows(named=True):
+            log.info("%s on %s, %s: %s surrogate", row["metric"], row["device"],
+                     row["condition"], row["family"])
     if args.out:
         out = Path(args.out)
         if out.suffix == ".csv":
@@ -375,11 +379,12 @@ def _search_problem(args: argparse.Namespace) -> tuple[dict, Problem]:
     from . import search
     from .api import Benchmark
 
-    config = _load(args, ["search"])["search"]
+    loaded = _load(args, ["search", "surrogate"])
+    config, family = loaded["search"], loaded["surrogate"]["default_family"]
     if args.objectives not in config["objective_sets"]:
         raise params.ParamsError(f"--objectives {args.objectives!r} is not a key of "
                                  f"search.objective_sets ({', '.join(config['objective_sets'])})")
-    bench = Benchmark.load(args.scale, args.results)
+    bench = Benchmark.load(args.scale, args.results, family=family)
     return config, search.make_problem(bench, config["objective_sets"][args.objectives],
                                        args.device, config["condition"])
 
@@ -611,7 +616,9 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--fidelity", type=int, help="perplexity of the supernet after this "
                                                       "many training steps (default: fully "
                                                       "trained)")
-    command.add_argument("--family", default="lightgbm", help="surrogate family")
+    command.add_argument("--family", default="best",
+                         help="surrogate family: best (per metric, device and condition, the "
+                              "one its quality table selected) or lightgbm, mlp_ensemble, blend")
     command.add_argument("--out", help="write .parquet or .csv instead of printing")
     for name, func in (("search-reference", cmd_search_reference), ("search", cmd_search)):
         command = add(name, func)

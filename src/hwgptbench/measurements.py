@@ -19,7 +19,6 @@ import os
 import platform
 import shutil
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -32,12 +31,10 @@ from . import __version__
 from .archs import write_table
 from .io import atomic_write_json, canonical_json
 from .measure import (
-    DTYPES,
     Condition,
     EnergyMeter,
     Settings,
     conditions_from_params,
-    cpu_memory,
     default_device,
     fingerprint,
     measure_arch,
@@ -55,7 +52,6 @@ from .measure.budget import (
 )
 from .measure.groups import group_factors, rescale
 from .measure.latency import LATENCY_FIELDS
-from .measure.memory import OUT_OF_MEMORY
 from .measure.runner import measure_latency_of_archs
 from .space import Arch, SearchSpace
 
@@ -193,12 +189,6 @@ class _Campaign:
     meter: EnergyMeter
     settings: Settings
 
-    @property
-    def memory_in_pool(self) -> bool:
-        # On the CPU, memory is read in subprocesses that do not time anything: run them in
-        # parallel after the per-arch pass (which may read energy counters, so it runs alone).
-        return self.settings.memory and self.device.type == "cpu"
-
     def plan(self, condition: Condition) -> GroupPlan:
         """Groups of the archs whose models fit the memory budget under condition."""
         weights = [weight_bytes(self.space, a, self.vocab_size, condition.dtype)
@@ -226,19 +216,10 @@ class _Campaign:
                       ) -> list[dict[str, Any]]:
         """Rows of the group's members, plus timing-only rows of the anchors (flagged
         ``latency_anchor_only``) when they are not members here."""
-        per_arch = replace(self.settings, latency=not self.section["interleave"],
-                           memory=self.settings.memory and not self.memory_in_pool)
+        per_arch = replace(self.settings, latency=not self.section["interleave"])
         members = [self.archs[i] for i in group.members]
         rows = [measure_arch(self.space, arch, self.vocab_size, condition, self.device,
                              self.meter, per_arch) for arch in members]
-        if self.memory_in_pool:
-            ok = [i for i, row in enumerate(rows) if row["status"] == "ok"]
-            for i, memory in zip(ok, _cpu_memory_pool(self.space, [members[i] for i in ok],
-                                                      self.vocab_size, condition,
-                                                      self.settings), strict=True):
-                rows[i].update(memory)
-                if (memory["memory_reason"] or "").startswith(OUT_OF_MEMORY):
-                    rows[i] |= {"status": "oom", "reason": memory["memory_reason"]}
         for row in rows:
             row |= {"latency_group": index, "latency_anchor_only": False}
         if not self.section["interleave"]:
@@ -333,19 +314,6 @@ def measure_rows(section: dict[str, Any], space: SearchSpace, archs: Sequence[Ar
                       "latency_interleaved": section["interleave"], **identity, **versions}
                      for row in assemble(plan, groups, archs)]
     return rows
-
-
-def _cpu_memory_pool(space: SearchSpace, archs: Sequence[Arch], vocab_size: int,
-                     condition: Condition, settings: Settings) -> list[dict[str, Any]]:
-    """CPU memory fields of archs, one subprocess each, ``settings.threads`` at a time."""
-    def one(arch: Arch) -> dict[str, Any]:
-        return cpu_memory(space, arch, vocab_size, DTYPES[condition.dtype],
-                          condition.batch_size, condition.seq_len, settings.seed,
-                          settings.threads)
-
-    with ThreadPoolExecutor(max_workers=settings.threads) as pool:
-        return list(tqdm(pool.map(one, archs), total=len(archs), desc="memory", unit="arch",
-                         mininterval=2.0))
 
 
 def measure_shard(section: dict[str, Any], space: SearchSpace, archs: Sequence[Arch],

@@ -151,6 +151,15 @@ def runtime_problems(runtime: dict[str, Any]) -> list[str]:
             f"{runtime['max_repeats']}; lower it or raise max_repeats"]
 
 
+def surrogate_problems(surrogate: dict[str, Any]) -> list[str]:
+    """Why ``surrogate.default_family`` names a family that is not fitted."""
+    family, families = surrogate["default_family"], surrogate["families"]
+    if family == "best" or family in families or (family == "blend" and len(families) > 1):
+        return []
+    return [f"surrogate.default_family: {family!r} is not fitted (surrogate.families "
+            f"{families}; blend needs two or more): add it there or choose best"]
+
+
 def import_problems(doc: dict[str, Any]) -> list[str]:
     """Why ``perplexity.source: hwgptbench`` cannot serve ``workflow.scales``."""
     from .hwgpt_import.source import FILES
@@ -201,11 +210,13 @@ def _cross_field_problems(doc: dict[str, Any]) -> list[str]:
     """Constraints between fields that the schema cannot express, one line each."""
     supernet, search, transfer = doc.get("supernet"), doc.get("search"), doc.get("transfer")
     runtime, compress = doc.get("runtime"), doc.get("compress")
+    surrogate = doc.get("surrogate")
     return ((snapshot_problems(supernet["snapshots"], supernet["steps"])
              + batch_problems(supernet["batch_size"], supernet["processes"]))
             if supernet else []) + (search_problems(search) if search else []) + (
         transfer_problems(transfer) if transfer else []) + (
         runtime_problems(runtime) if runtime else []) + (
+        surrogate_problems(surrogate) if surrogate else []) + (
         compress_problems(compress) if compress else []) + import_problems(doc)
 
 

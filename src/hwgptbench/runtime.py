@@ -56,8 +56,8 @@ log = logging.getLogger(__name__)
 
 PER_CALL_FIELDS = ("latency_ms", "latency_mean_ms", "latency_std_ms", "latency_iqr_ms",
                    "latency_ci95_ms")
-CPU_MEMORY_REASON = ("not measured on the CPU by the runtime stage (a fresh process per row "
-                     "would dominate it; the measure stage reads prefill memory)")
+CPU_MEMORY_REASON = ("not measured on the CPU by the runtime stage (the measure stage reads "
+                     "the forward's memory on the CPU)")
 OPTION_WORKLOADS = {"attention": ("prefill", "decode", "train_step"),
                     "quant": ("prefill", "decode"), "compile": ("prefill", "decode", "train_step"),
                     "recompute": ("train_step",)}

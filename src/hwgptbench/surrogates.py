@@ -35,9 +35,10 @@ from .io import atomic_dir, atomic_write_json
 from .measure.condition import CONDITION_KEYS, DEFAULTS, Condition
 from .space import SearchSpace
 from .surrogate import Surrogate
+from .surrogate.blend import BlendSurrogate
 from .surrogate.features import feature_matrix
-from .surrogate.quality import cross_validate
-from .surrogate.store import save_surrogate
+from .surrogate.quality import cross_validate, score
+from .surrogate.store import load_surrogate, save_surrogate
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,13 @@ QUALITY_SCHEMA = {
     "metric": pl.String, "device": pl.String, "condition": pl.String, "family": pl.String,
     "status": pl.String, "reason": pl.String, "rows": pl.Int64, "r2": pl.Float64,
     "mae": pl.Float64, "kendall_tau": pl.Float64, "spearman_rho": pl.Float64,
-    "coverage": pl.Float64, "nominal_coverage": pl.Float64,
+    "within_5pct": pl.Float64, "within_10pct": pl.Float64, "mdape": pl.Float64,
+    "max_ape": pl.Float64, "coverage": pl.Float64, "nominal_coverage": pl.Float64,
+    "selected": pl.Boolean,
 }
+# The quality columns a fitted row has, besides its keys
+SCORES = ("rows", "r2", "mae", "kendall_tau", "spearman_rho", "within_5pct", "within_10pct",
+          "mdape", "max_ape", "coverage")
 PREDICTION_SCHEMA = {
     "metric": pl.String, "device": pl.String, "condition": pl.String, "family": pl.String,
     "arch_id": pl.String, "measured": pl.Float64, "predicted": pl.Float64,
@@ -83,6 +89,10 @@ def make_factory(section: dict[str, Any], family: str) -> Callable[[], Surrogate
 
         tail = (1 - coverage) / 2
         return lambda: LightGBMSurrogate(section["lightgbm"], (tail, 1 - tail), seed=seed)
+    if family == "linear":
+        from .surrogate.linear import LinearSurrogate
+
+        return lambda: LinearSurrogate(coverage)
     from .surrogate.mlp import MLPEnsembleSurrogate
 
     return lambda: MLPEnsembleSurrogate(**section["mlp_ensemble"], seed=seed, coverage=coverage)
@@ -113,25 +123,43 @@ class _Target:
     ids: list[str]
 
 
-def _fit_family(section: dict[str, Any], target: _Target, family: str
-                ) -> tuple[dict[str, Any], pl.DataFrame]:
-    """Cross-validate and fit one family on a target; save it; return its quality row and
-    the out-of-fold predictions of the target's archs."""
+def _scored(section: dict[str, Any], target: _Target, family: str, quality: dict[str, Any]
+            ) -> tuple[dict[str, Any], pl.DataFrame]:
+    """The quality row of a family on a target and its out-of-fold predictions."""
     meta = target.metadata
     base = _base_row(section, meta["metric"], meta["device"], meta["condition"])
-    factory = make_factory(section, family)
-    quality = cross_validate(factory, target.X, target.y, section["folds"], section["seed"])
-    save_surrogate(factory().fit(target.X, target.y), target.folder / family,
-                   {**meta, "training_rows": len(target.y)})
     row = {**base, "family": family, "status": "ok", "reason": None,
-           **{k: quality[k] for k in ("rows", "r2", "mae", "kendall_tau", "spearman_rho",
-                                      "coverage")}}
+           **{k: quality[k] for k in SCORES}}
     predictions = pl.DataFrame(
         {"metric": base["metric"], "device": base["device"], "condition": base["condition"],
          "family": family, "arch_id": target.ids, "measured": target.y,
          **{k: quality[k] for k in ("predicted", "lower", "upper")}},
         schema=PREDICTION_SCHEMA)
     return row, predictions
+
+
+def _fit_family(section: dict[str, Any], target: _Target, family: str
+                ) -> tuple[dict[str, Any], pl.DataFrame]:
+    """Cross-validate and fit one family on a target; save it; return its quality row and
+    the out-of-fold predictions of the target's archs."""
+    factory = make_factory(section, family)
+    quality = cross_validate(factory, target.X, target.y, section["folds"], section["seed"])
+    save_surrogate(factory().fit(target.X, target.y), target.folder / family,
+                   {**target.metadata, "training_rows": len(target.y)})
+    return _scored(section, target, family, quality)
+
+
+def _fit_blend(section: dict[str, Any], target: _Target, members: list[pl.DataFrame]
+               ) -> tuple[dict[str, Any], pl.DataFrame]:
+    """Score the blend of a target's fitted families on their out-of-fold predictions (same
+    folds, so that is the blend's own out-of-fold prediction) and save it beside them."""
+    point, low, high = (np.mean([m[column].to_numpy() for m in members], axis=0)
+                        for column in ("predicted", "lower", "upper"))
+    families = [m["family"][0] for m in members]
+    blend = BlendSurrogate([load_surrogate(target.folder / f)[0] for f in families])
+    save_surrogate(blend, target.folder / BlendSurrogate.family,
+                   {**target.metadata, "training_rows": len(target.y)})
+    return _scored(section, target, BlendSurrogate.family, score(target.y, point, low, high))
 
 
 def _fit_targets(section: dict[str, Any], targets: list[_Target | list[dict[str, Any]]],
@@ -166,10 +194,11 @@ def _fit_targets(section: dict[str, Any], targets: list[_Target | list[dict[str,
         if not isinstance(target, _Target):
             rows += target
             continue
-        for _family in section["families"]:
-            row, predicted = next(fitted_rows)
-            rows.append(row)
-            predictions.append(predicted)
+        members = [next(fitted_rows) for _family in section["families"]]
+        if len(members) > 1:
+            members.append(_fit_blend(section, target, [p for _, p in members]))
+        rows += [row for row, _ in members]
+        predictions += [p for _, p in members]
     return _write_quality(rows, predictions, staging)
 
 
@@ -245,10 +274,23 @@ def fit_device(section: dict[str, Any], space: SearchSpace, vocab_size: int,
         return _fit_targets(section, targets, staging)
 
 
+def mark_selected(quality: pl.DataFrame) -> pl.DataFrame:
+    """quality with ``selected`` true on the one fitted family of each (metric, device,
+    condition) that ``Benchmark.query`` uses by default: the largest share of out-of-fold
+    predictions within ±5%, then the lowest MdAPE, then the family name (docs/surrogates.md)."""
+    keys = ["metric", "device", "condition"]
+    ranked = quality.with_row_index("_row").filter(pl.col("status") == "ok").sort(
+        [*keys, "within_5pct", "mdape", "family"], descending=[False] * 3 + [True, False, False],
+        nulls_last=True)
+    best = ranked.group_by(keys, maintain_order=True).first()["_row"]
+    return quality.with_row_index("_row").with_columns(
+        selected=pl.col("_row").is_in(best.implode()) & (pl.col("status") == "ok")).drop("_row")
+
+
 def _write_quality(rows: list[dict[str, Any]], predictions: list[pl.DataFrame],
                    folder: Path) -> pl.DataFrame:
     """Write quality.parquet and predictions.parquet into folder; return the quality."""
-    quality = pl.DataFrame(rows, schema=QUALITY_SCHEMA)
+    quality = mark_selected(pl.DataFrame(rows, schema=QUALITY_SCHEMA))
     write_table(quality, folder / "quality.parquet")
     write_table(pl.concat(predictions) if predictions else
                 pl.DataFrame(schema=PREDICTION_SCHEMA), folder / "predictions.parquet")
@@ -277,7 +319,6 @@ def merge_quality(paths: Sequence[str | os.PathLike[str]], scale: str,
     for row in quality.filter(pl.col("status") == "ok").iter_rows(named=True):
         node = metrics.setdefault(row["metric"], {}).setdefault(row["device"], {})
         node.setdefault(row["condition"], {})[row["family"]] = {
-            k: round(row[k], 4) for k in ("r2", "mae", "kendall_tau", "spearman_rho",
-                                          "coverage")}
+            **{k: round(row[k], 4) for k in SCORES if k != "rows"}, "selected": row["selected"]}
     atomic_write_json(out_metrics, metrics)
     return quality

@@ -65,9 +65,11 @@ def write_table(df: pl.DataFrame, out_stem: PathLike, digits: int = 4) -> list[P
 
 def quality_table(quality: pl.DataFrame) -> pl.DataFrame:
     """Surrogate quality per (metric, device, condition, family): status, rows, R², MAE,
-    Kendall tau, Spearman rho, empirical and nominal interval coverage."""
+    Kendall tau, Spearman rho, shares within ±5% and ±10%, MdAPE and worst APE (%),
+    empirical and nominal interval coverage, and whether the query uses it (selected)."""
     columns = ["metric", "device", "condition", "family", "status", "rows", "r2", "mae",
-               "kendall_tau", "spearman_rho", "coverage", "nominal_coverage"]
+               "kendall_tau", "spearman_rho", "within_5pct", "within_10pct", "mdape",
+               "max_ape", "coverage", "nominal_coverage", "selected"]
     return quality.select(c for c in columns if c in quality.columns).sort(
         "metric", "device", "condition", "family")
 

@@ -1,52 +1,40 @@
 """Memory of one forward pass: the model's weights, its peak and the activations' share of it.
 
-All three are per model: ``memory_weights_mb`` is the exact bytes of its parameters and buffers,
-``memory_peak_mb`` the peak growth of memory during the forward over the state before the model
-existed, ``memory_activations_mb`` the peak growth over the state with the model built. MB are
-2**20 bytes.
+All three are per model and input, the same on every device: ``memory_weights_mb`` is the exact
+bytes of its parameters and buffers, ``memory_peak_mb`` the weights plus the peak of the bytes
+that PyTorch's allocator holds for the forward's tensors over what it held before the forward,
+``memory_activations_mb`` that peak alone (reported apart because at large batch the logits
+dominate it). MB are 2**20 bytes.
 
-CUDA: allocator statistics in this process (``reset_peak_memory_stats``, ``memory_allocated``
+CUDA: the caching allocator's statistics (``reset_peak_memory_stats``, ``memory_allocated``
 before the forward, ``max_memory_allocated`` after it).
 
-CPU: there is no allocator counter, so the peak resident set size of a fresh process is read:
-one subprocess per (arch, dtype, batch, length), forked from a 'forkserver' process that has
-imported torch and this module but never built a model or run an op (so no thread pool is
-forked); a 'spawn' subprocess, where there is no forkserver, spends about 2 s importing torch.
-A process cannot measure a second model: the peak is a high-water mark, and memory freed by the
-first model largely stays mapped in the allocator, so the second would grow into it unseen. The
-peak is the memory map's high-water mark ``VmHWM`` of /proc/self/status rather than
-``ru_maxrss``: on Linux ``ru_maxrss`` also keeps the RSS of the forking parent from before the
-exec, so a large parent hides a small child. The subprocess runs a tiny forward in the same
-dtype first (paging in the kernels' code and thread pools), resets the high-water mark to the
-current RSS (``/proc/self/clear_refs``; where that is refused the baseline is the peak so far,
-which can understate a model smaller than the import's transient), then reads the peak before
-the model is built (the baseline), after it is built (directly in the dtype and initialised, so
-every page is resident) and after one forward. RSS counts whole pages, allocator slack and
-one-time workspaces of the kernels, so small models read a few pages high; weights that fit in
-memory the allocator kept from the warm-up read a little low.
+CPU: PyTorch's CPU allocator has no counters, but it reports every allocation and free to the
+profiler: the forward runs under ``torch.profiler`` with ``profile_memory=True`` and the peak is
+the high-water mark of the running sum of those events. Like CUDA's statistics this counts
+tensor bytes (library scratch outside PyTorch's allocator excluded), so it depends on the model
+and its input alone: not on what the process ran before, on the allocator's cached pages or on
+page granularity, which made the resident set size of small models measure the process rather
+than the model (docs/measure.md). bf16 weights are exactly half of fp32 ones, and
+``python benchmarks/memory_dtypes.py`` shows that the bf16 peak ranks archs like the fp32 peak.
 """
 
 from __future__ import annotations
 
-import gc
-import logging
-import multiprocessing as mp
+import os
 import resource
-import signal
 import sys
-from functools import cache
-from multiprocessing.connection import Connection
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn as nn
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
 
-from ..model import GPT, GPTConfig
-from ..space import Arch, SearchSpace
-from .latency import is_out_of_memory, synchronize
-
-log = logging.getLogger(__name__)
+from .latency import synchronize
 
 MB = 2**20
 OUT_OF_MEMORY = "out of memory"  # how a memory_reason of an arch that ran out of memory starts
@@ -95,91 +83,40 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
-def _reset_peak_rss() -> bool:
-    """Reset the RSS high-water mark to the current RSS; False where that is refused."""
+@contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Send file descriptor 2 to /dev/null: the profiler's backend prints a line there whenever
+    it starts or stops, once per measured model."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
     try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
-
-
-def _build(config: GPTConfig, dtype: torch.dtype) -> GPT:
-    """A model built directly in dtype (no transient float32 copy of the weights)."""
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        model = GPT(config)
+        os.dup2(devnull, 2)
+        yield
     finally:
-        torch.set_default_dtype(default)
-    return model.to(dtype).eval()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
-@torch.inference_mode()
-def _measure_rss(space: SearchSpace, arch: Arch, vocab_size: int, dtype: torch.dtype,
-                 batch_size: int, seq_len: int, seed: int) -> dict[str, Any]:
-    """RSS growth of building one model and running one forward, in this fresh process."""
-    tiny = GPTConfig(Arch(8, 1, (1,), (1,), arch.bias), 16, 4, space.head_size,
-                     space.rotary_fraction)
-    _build(tiny, dtype)(torch.zeros(1, 4, dtype=torch.long))
-    gc.collect()
-    generator = torch.Generator().manual_seed(seed)
-    x = torch.randint(vocab_size, (batch_size, seq_len), generator=generator)
-    if not _reset_peak_rss():
-        log.warning("cannot reset the RSS high-water mark; the memory baseline is the peak so far")
-    baseline = peak_rss_bytes()
-    torch.manual_seed(seed)
-    model = _build(GPTConfig.from_space(space, arch, vocab_size), dtype)
-    built = peak_rss_bytes()
-    model(x)
-    peak = peak_rss_bytes()
-    return memory_row(tensor_bytes(model), peak - baseline, peak - built)
+def cpu_allocation_peak(run: Callable[[], Any]) -> int:
+    """Peak bytes that PyTorch's CPU allocator holds while ``run()`` runs, over what it held
+    before."""
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        run()
+    events = [e for e in prof.profiler.kineto_results.events()
+              if e.name() == "[memory]" and e.device_type() == DeviceType.CPU]
+    events.sort(key=lambda e: e.start_ns())  # stable: ties keep the order of recording
+    held = peak = 0
+    for event in events:
+        held += event.nbytes()
+        peak = max(peak, held)
+    return peak
 
 
-def _child(conn: Connection, threads: int, args: tuple[Any, ...]) -> None:
-    """Subprocess entry: measure, send the fields (or the error) and exit."""
-    torch.set_num_threads(threads)
-    try:
-        conn.send(_measure_rss(*args))
-    except Exception as err:  # reported to the parent as the row's memory_reason
-        what = OUT_OF_MEMORY if is_out_of_memory(err) else "memory measurement failed"
-        conn.send(unmeasured(f"{what}: {type(err).__name__}: {err}".splitlines()[0]))
-    finally:
-        conn.close()
-
-
-@cache
-def _fresh_processes(method: str) -> Any:
-    """The multiprocessing context of the memory subprocesses: forkserver with torch and this
-    module preloaded (spawn where there is no forkserver, or when asked; see module doc)."""
-    if method != "forkserver" or method not in mp.get_all_start_methods():
-        return mp.get_context("spawn")
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__])
-    return ctx
-
-
-def cpu_memory(space: SearchSpace, arch: Arch, vocab_size: int, dtype: torch.dtype,
-               batch_size: int, seq_len: int, seed: int, threads: int,
-               start_method: str = "forkserver") -> dict[str, Any]:
-    """Memory of one CPU forward of arch, measured in a fresh subprocess (see module doc);
-    ``start_method`` spawn starts it from scratch (benchmarks/memory_subprocess.py)."""
-    ctx = _fresh_processes(start_method)
-    receiver, sender = ctx.Pipe(duplex=False)
-    args = (space, arch, vocab_size, dtype, batch_size, seq_len, seed)
-    process = ctx.Process(target=_child, args=(sender, threads, args), daemon=True)
-    process.start()
-    sender.close()
-    try:
-        result: dict[str, Any] = receiver.recv()
-    except EOFError:
-        result = unmeasured("memory subprocess died before reporting")
-    finally:
-        receiver.close()
-        process.join()
-    if process.exitcode == -signal.SIGKILL:
-        result = unmeasured(f"{OUT_OF_MEMORY}: the memory subprocess was killed (SIGKILL: the "
-                            "kernel's out-of-memory killer)")
-    elif process.exitcode:
-        result = unmeasured(f"memory subprocess exited with code {process.exitcode}")
-    return result
+def cpu_memory(model: nn.Module, x: torch.Tensor) -> dict[str, Any]:
+    """Memory of one CPU forward of model on token ids x (see module doc)."""
+    with torch.inference_mode():
+        activations = cpu_allocation_peak(lambda: model(x))
+    weights = tensor_bytes(model)
+    return memory_row(weights, weights + activations, activations)

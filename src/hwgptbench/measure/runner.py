@@ -97,15 +97,13 @@ def build_model(space: SearchSpace, arch: Arch, vocab_size: int, seed: int,
     return model.to(dtype=dtype).eval()
 
 
-def _memory(model: torch.nn.Module, x: torch.Tensor, space: SearchSpace, arch: Arch,
-            vocab_size: int, condition: Condition, settings: Settings) -> dict[str, Any]:
-    """Memory fields: allocator statistics on CUDA, a fresh subprocess on the CPU."""
+def _memory(model: torch.nn.Module, x: torch.Tensor, settings: Settings) -> dict[str, Any]:
+    """Memory fields: allocator statistics on CUDA, allocator events on the CPU."""
     if not settings.memory:
         return unmeasured("memory measurement disabled in the settings")
     if x.device.type == "cuda":
         return cuda_memory(model, x)
-    return cpu_memory(space, arch, vocab_size, DTYPES[condition.dtype],
-                      condition.batch_size, condition.seq_len, settings.seed, settings.threads)
+    return cpu_memory(model, x)
 
 
 def forward_callable(model: torch.nn.Module, x: torch.Tensor, condition: Condition,
@@ -136,7 +134,7 @@ def _measure(space: SearchSpace, arch: Arch, vocab_size: int, condition: Conditi
     model = build_model(space, arch, vocab_size, settings.seed, x.device,
                         DTYPES[condition.dtype])
     with torch.inference_mode():
-        memory = _memory(model, x, space, arch, vocab_size, condition, settings)
+        memory = _memory(model, x, settings)
         fn = forward_callable(model, x, condition)
         latency = (measure_latency(fn, x.device, **settings.timing())
                    if settings.latency else dict.fromkeys(LATENCY_FIELDS))

@@ -42,22 +42,38 @@ def out_of_fold(make_model: Callable[[], Surrogate], X: np.ndarray, y: np.ndarra
     return point, low, high
 
 
-def cross_validate(make_model: Callable[[], Surrogate], X: np.ndarray, y: np.ndarray,
-                   folds: int = 5, seed: int = 0) -> dict[str, Any]:
-    """R², MAE, Kendall τ, Spearman ρ and interval coverage of out-of-fold predictions, and
-    the predictions themselves (``predicted``, ``lower``, ``upper``, each (n,))."""
+def relative_errors(y: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
+    """The shares of predictions within ±5% and ±10% of y, and the median and worst absolute
+    percentage error (MdAPE, max APE, in %): the measures of latency predictors (nn-Meter)."""
+    y, predicted = np.asarray(y, dtype=np.float64), np.asarray(predicted, dtype=np.float64)
+    ape = np.abs(predicted - y) / np.abs(y)
+    return {"within_5pct": float(np.mean(ape <= 0.05)), "within_10pct": float(np.mean(ape <= 0.10)),
+            "mdape": float(100 * np.median(ape)), "max_ape": float(100 * np.max(ape))}
+
+
+def score(y: np.ndarray, point: np.ndarray, low: np.ndarray, high: np.ndarray
+          ) -> dict[str, Any]:
+    """R², MAE, Kendall τ, Spearman ρ, the relative errors of :func:`relative_errors` and
+    interval coverage of predictions (point, interval ends) of y, with the predictions
+    themselves (``predicted``, ``lower``, ``upper``) and the number of ``rows``."""
     y = np.asarray(y, dtype=np.float64)
-    point, low, high = out_of_fold(make_model, X, y, folds, seed)
     residual = y - point
     return {
+        **relative_errors(y, point),
         "r2": float(1 - np.sum(residual**2) / np.sum((y - y.mean()) ** 2)),
         "mae": float(np.mean(np.abs(residual))),
         "kendall_tau": float(stats.kendalltau(y, point).statistic),
         "spearman_rho": float(stats.spearmanr(y, point).statistic),
         "coverage": interval_coverage(y, low, high),
         "rows": len(y),
-        "folds": folds,
         "predicted": point,
         "lower": low,
         "upper": high,
     }
+
+
+def cross_validate(make_model: Callable[[], Surrogate], X: np.ndarray, y: np.ndarray,
+                   folds: int = 5, seed: int = 0) -> dict[str, Any]:
+    """:func:`score` of the out-of-fold predictions of fresh models, with ``folds``."""
+    point, low, high = out_of_fold(make_model, X, y, folds, seed)
+    return {**score(y, point, low, high), "folds": folds}

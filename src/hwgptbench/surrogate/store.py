@@ -30,6 +30,8 @@ FEATURE_ARGS = ("vocab_size", "batch_size", "seq_len")
 FAMILIES = {
     "lightgbm": ("hwgptbench.surrogate.lightgbm_model", "LightGBMSurrogate"),
     "mlp_ensemble": ("hwgptbench.surrogate.mlp", "MLPEnsembleSurrogate"),
+    "linear": ("hwgptbench.surrogate.linear", "LinearSurrogate"),
+    "blend": ("hwgptbench.surrogate.blend", "BlendSurrogate"),  # mean of the others
     "adapted": ("hwgptbench.transfer.model", "AdaptedSurrogate"),  # `hwgptbench adapt`
 }
 
