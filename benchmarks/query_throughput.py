@@ -1,9 +1,12 @@
 """Archs per second of Benchmark.query: one batched call vs a loop of single-arch calls.
 
     python benchmarks/query_throughput.py --scale tiny --results results --archs 100000
+    python benchmarks/query_throughput.py --metric all   # every metric of one device+condition
 
-Uses the surrogates under results/{scale}/surrogates (run `make run` first). The tiny space
-has 9 288 archs, so a batch of 10^5 repeats them; each query predicts one metric.
+Uses the surrogates under results/{scale}/surrogates (run `make run` first), with the family
+each target selected (``best``). The tiny space has 9 288 archs, so a batch of 10^5 repeats
+them. ``--metric all`` queries perplexity and every hardware metric of the first device's
+first condition in one call.
 """
 
 from __future__ import annotations
@@ -26,18 +29,25 @@ def main() -> None:
     args = parser.parse_args()
     bench = Benchmark.load(args.scale, args.results)
     device = None if args.metric == "perplexity" else bench.devices[0]
-    condition = None if device is None else bench.conditions(device, args.metric)[0]
+    first = "latency_ms" if args.metric == "all" else args.metric
+    condition = None if device is None else bench.conditions(device, first)[0]
+    metrics = args.metric
+    if args.metric == "all":
+        metrics = [m for m in bench.metrics if m == "perplexity" or condition in
+                   bench.conditions(device, m)]
     pool = bench.sample(min(args.archs, bench.space.size()), seed=0)
     archs = (pool * (args.archs // len(pool) + 1))[:args.archs]
-    bench.query(archs[:10], args.metric, device=device, condition=condition)  # load once
+    bench.query(archs[:10], metrics, device=device, condition=condition)  # load once
     start = time.perf_counter()
-    bench.query(archs, args.metric, device=device, condition=condition)
+    bench.query(archs, metrics, device=device, condition=condition)
     batched = time.perf_counter() - start
     start = time.perf_counter()
     for arch in archs[:args.singles]:
-        bench.query([arch], args.metric, device=device, condition=condition)
+        bench.query([arch], metrics, device=device, condition=condition)
     single = (time.perf_counter() - start) / args.singles
-    print(f"{args.metric} on {device or 'any device'} {condition or ''}, {bench.family}, "
+    families = ", ".join(f"{r['metric']}: {r['family']}" for r in bench.used().iter_rows(
+        named=True))
+    print(f"{metrics} on {device or 'any device'} {condition or ''} ({families}), "
           f"{torch.get_num_threads()} threads")
     print(f"batched: {args.archs} archs in {batched:.2f} s = {args.archs / batched:,.0f} archs/s")
     print(f"single:  {single * 1e3:.2f} ms per arch = {1 / single:,.0f} archs/s "

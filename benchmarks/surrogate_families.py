@@ -1,0 +1,78 @@
+"""Out-of-fold quality of surrogate candidates on one device table, side by side.
+
+    python benchmarks/surrogate_families.py --measurements results/tiny/measure/DEVICE.parquet \
+        [--runtime results/tiny/runtime/DEVICE.parquet] [--params params.yaml]
+
+Fits, as the `surrogates_device` rule does, every family the params name plus the linear
+family and LightGBM with linear leaves (``linear_tree``), each with the blend of the params'
+families, into temporary folders. Prints per (metric, condition, rows) the share of archs
+within ±5% and ±10% and the MdAPE of each candidate, which one the selection takes, and a
+summary per candidate over the targets with ≥ 100 archs and with fewer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import polars as pl
+
+from hwgptbench import data, params, surrogates
+from hwgptbench.space import SearchSpace
+
+VARIANTS = {  # name -> (families, lightgbm parameters added)
+    "params": (None, {}),
+    "with linear": (["linear"], {}),
+    "linear_tree": (["lightgbm"], {"linear_tree": True}),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--measurements", required=True)
+    parser.add_argument("--runtime", default=None)
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--scale", default="tiny")
+    args = parser.parse_args()
+    config = params.load(args.params)
+    space = SearchSpace.from_dict(args.scale, config["spaces"][args.scale])
+    folder = Path("results/data") / config["data"]["name"]
+    vocab = data.TokenShards.open(folder).manifest["tokenizer"]["vocab_size"]
+    table = pl.read_parquet(args.measurements)
+    if args.runtime:
+        table = pl.concat([table, pl.read_parquet(args.runtime)], how="diagonal_relaxed")
+    base = config["surrogate"]
+    tables = []
+    for name, (families, lightgbm) in VARIANTS.items():
+        section = {**base, "lightgbm": {**base["lightgbm"], **lightgbm},
+                   "families": families or base["families"]}
+        if name == "with linear":
+            section["families"] = [*base["families"], "linear"]
+        with tempfile.TemporaryDirectory() as out:
+            quality = surrogates.fit_device(section, space, vocab, table, Path(out) / "m")
+        if name == "linear_tree":
+            quality = quality.with_columns(family=pl.lit("lightgbm_linear_tree"))
+        tables.append(quality.filter(pl.col("status") == "ok").with_columns(variant=pl.lit(name)))
+    quality = pl.concat(tables)
+    candidates = quality.filter((pl.col("variant") == "with linear")
+                                | (pl.col("family") == "lightgbm_linear_tree"))
+    candidates = surrogates.mark_selected(candidates.drop("selected"))
+    with pl.Config(tbl_rows=500, tbl_cols=12, tbl_width_chars=200, float_precision=3):
+        print(candidates.select("metric", "condition", "rows", "family", "within_5pct",
+                                "within_10pct", "mdape", "coverage", "selected")
+              .sort("metric", "condition", "family"))
+        summary = candidates.with_columns(size=pl.when(pl.col("rows") >= 100).then(
+            pl.lit(">=100 archs")).otherwise(pl.lit("<100 archs"))).group_by(
+            "size", "family").agg(targets=pl.len(), within_5pct=pl.col("within_5pct").mean(),
+                                  min_within_5pct=pl.col("within_5pct").min(),
+                                  within_10pct=pl.col("within_10pct").mean(),
+                                  min_within_10pct=pl.col("within_10pct").min(),
+                                  mdape=pl.col("mdape").median(),
+                                  coverage=pl.col("coverage").mean(),
+                                  selected=pl.col("selected").sum())
+        print(summary.sort("size", "family"))
+
+
+if __name__ == "__main__":
+    main()
