@@ -32,10 +32,12 @@ FAST = {"supernet.steps": 3, "supernet.batch_size": 2, "supernet.checkpoint_ever
         "measure.max_seconds": 0.2, "measure.energy_window_s": 0.2, "measure.memory": False,
         "sample.n_archs": 6, "surrogate.families": ["lightgbm"], "surrogate.min_rows": 4,
         "surrogate.folds": 2, "search.budget": 6, "search.seeds": 1,
+        # one algorithm of each kind (tests/test_search*.py run every algorithm)
+        "search.algorithms": ["rs", "nsga2", "moasha", "rsbo"],
         "search.reference_archs": 500, "search.options.bo": {"initial": 3, "candidates": 20},
         "runtime.n_archs": 4, "runtime.warmup": 1, "runtime.min_repeats": 3,
         "runtime.max_repeats": 6, "runtime.max_seconds": 0.05, "runtime.dtypes": ["fp32"],
-        "runtime.options.attention": ["math"],
+        "runtime.options.attention": ["math"], "runtime.options.recompute": [],
         "runtime.breakdown": {"n_archs": 1, "repeats": 2},
         "compress.pretrain.steps": 3, "compress.pretrain.batch_size": 2,
         "compress.pretrain.checkpoint_every": 2, "compress.pretrain.warmup_steps": 1,

@@ -37,7 +37,7 @@ import polars as pl
 from .measure.condition import CONDITION_KEYS, DEFAULTS, SHAPE_KEYS, Condition
 from .space import Arch, SearchSpace
 from .surrogate import Surrogate
-from .surrogate.features import feature_matrix
+from .surrogate.features import features_of_encoded
 from .surrogate.store import METADATA, load_surrogate
 from .surrogates import ANY, with_condition_columns
 
@@ -309,6 +309,7 @@ class Benchmark:
                 self.space.validate(arch)
         ids = [a.id for a in archs]
         columns: dict[str, Any] = {"arch_id": ids}
+        encoded: np.ndarray | None = None  # one encoding, features per feature key
         features: dict[tuple[int, int, int], np.ndarray] = {}
         for metric in metrics:
             entry = self._entry(metric, device, condition, fidelity)
@@ -317,7 +318,9 @@ class Benchmark:
                 continue
             key = (entry["vocab_size"], entry["batch_size"], entry["seq_len"])
             if key not in features:
-                features[key] = feature_matrix(self.space, archs, *key)
+                if encoded is None:
+                    encoded = self.space.encode(archs)
+                features[key] = features_of_encoded(self.space, encoded, *key)
             model = self._model(entry["folder"])
             columns[metric] = model.predict(features[key])
             if return_interval:

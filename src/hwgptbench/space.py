@@ -336,16 +336,27 @@ class SearchSpace:
         return (["embed_dim", "n_layer", "bias"] + [f"n_head_{i}" for i in layers]
                 + [f"mlp_ratio_{i}" for i in layers])
 
+    @cached_property
+    def _choice_sets(self) -> tuple[frozenset[Any], ...]:
+        """The choices of embed_dim, n_layer, n_head, mlp_ratio and bias as sets."""
+        return tuple(frozenset(getattr(self, f)) for f in
+                     ("embed_dim", "n_layer", "n_head", "mlp_ratio", "bias"))
+
     def encode(self, archs: Sequence[Arch]) -> np.ndarray:
         """Fixed-length float32 features (n, 3 + 2 * max_n_layer); absent layers are 0."""
         n_max = self.max_n_layer
-        features = np.zeros((len(archs), 3 + 2 * n_max), dtype=np.float32)
-        for row, arch in zip(features, archs, strict=True):
-            self.validate(arch)
-            row[:3] = arch.embed_dim, arch.n_layer, arch.bias
-            row[3:3 + arch.n_layer] = arch.n_head
-            row[3 + n_max:3 + n_max + arch.n_layer] = arch.mlp_ratio
-        return features
+        embed, depth, heads, ratios, bias = self._choice_sets
+        rows = []
+        for arch in archs:
+            # the checks of validate, as set lookups (10^5 archs are encoded per query)
+            if not (isinstance(arch, Arch) and arch.embed_dim in embed and arch.n_layer in depth
+                    and arch.bias in bias and heads.issuperset(arch.n_head)
+                    and ratios.issuperset(arch.mlp_ratio)):
+                self.validate(arch)
+            pad = (0,) * (n_max - arch.n_layer)
+            rows.append((arch.embed_dim, arch.n_layer, arch.bias, *arch.n_head, *pad,
+                         *arch.mlp_ratio, *pad))
+        return np.array(rows, dtype=np.float32).reshape(len(rows), 3 + 2 * n_max)
 
     def n_params(self, arch: Arch, vocab_size: int) -> int:
         """Exact parameter count of the fixed model of arch (a tied embedding counted once)."""
