@@ -3,9 +3,9 @@
     python benchmarks/surrogate_families.py --measurements results/tiny/measure/DEVICE.parquet \
         [--runtime results/tiny/runtime/DEVICE.parquet] [--params params.yaml]
 
-Fits, as the `surrogates_device` rule does, every family the params name plus the linear
-family and LightGBM with linear leaves (``linear_tree``), each with the blend of the params'
-families, into temporary folders. Prints per (metric, condition, rows) the share of archs
+Fits, as the `surrogates_device` rule does, every family the params name (and the linear
+family) with their blend, then LightGBM with linear leaves (``linear_tree``), into temporary
+folders. Prints per (metric, condition, rows) the share of archs
 within ±5% and ±10% and the MdAPE of each candidate, which one the selection takes, and a
 summary per candidate over the targets with ≥ 100 archs and with fewer.
 """
@@ -16,46 +16,34 @@ import argparse
 import tempfile
 from pathlib import Path
 
+import device_table
 import polars as pl
 
-from hwgptbench import data, params, surrogates
-from hwgptbench.space import SearchSpace
+from hwgptbench import surrogates
 
-VARIANTS = {  # name -> (families, lightgbm parameters added)
+VARIANTS = {  # name -> (families, LightGBM parameters added); None: the params' and linear
     "params": (None, {}),
-    "with linear": (["linear"], {}),
     "linear_tree": (["lightgbm"], {"linear_tree": True}),
 }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--measurements", required=True)
-    parser.add_argument("--runtime", default=None)
-    parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--scale", default="tiny")
+    device_table.add_arguments(parser)
     args = parser.parse_args()
-    config = params.load(args.params)
-    space = SearchSpace.from_dict(args.scale, config["spaces"][args.scale])
-    folder = Path("results/data") / config["data"]["name"]
-    vocab = data.TokenShards.open(folder).manifest["tokenizer"]["vocab_size"]
-    table = pl.read_parquet(args.measurements)
-    if args.runtime:
-        table = pl.concat([table, pl.read_parquet(args.runtime)], how="diagonal_relaxed")
+    config, space, vocab, table = device_table.load(args)
     base = config["surrogate"]
     tables = []
     for name, (families, lightgbm) in VARIANTS.items():
         section = {**base, "lightgbm": {**base["lightgbm"], **lightgbm},
-                   "families": families or base["families"]}
-        if name == "with linear":
-            section["families"] = [*base["families"], "linear"]
+                   "families": families or list(dict.fromkeys([*base["families"], "linear"]))}
         with tempfile.TemporaryDirectory() as out:
             quality = surrogates.fit_device(section, space, vocab, table, Path(out) / "m")
         if name == "linear_tree":
             quality = quality.with_columns(family=pl.lit("lightgbm_linear_tree"))
         tables.append(quality.filter(pl.col("status") == "ok").with_columns(variant=pl.lit(name)))
     quality = pl.concat(tables)
-    candidates = quality.filter((pl.col("variant") == "with linear")
+    candidates = quality.filter((pl.col("variant") == "params")
                                 | (pl.col("family") == "lightgbm_linear_tree"))
     candidates = surrogates.mark_selected(candidates.drop("selected"))
     with pl.Config(tbl_rows=500, tbl_cols=12, tbl_width_chars=200, float_precision=3):

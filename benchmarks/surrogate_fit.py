@@ -15,28 +15,19 @@ import tempfile
 import time
 from pathlib import Path
 
+import device_table
 import polars as pl
 from polars.testing import assert_frame_equal
 
-from hwgptbench import data, params, surrogates
-from hwgptbench.space import SearchSpace
+from hwgptbench import surrogates
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--measurements", required=True)
-    parser.add_argument("--runtime", default=None)
+    device_table.add_arguments(parser)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--scale", default="tiny")
     args = parser.parse_args()
-    config = params.load(args.params)
-    space = SearchSpace.from_dict(args.scale, config["spaces"][args.scale])
-    folder = Path("results/data") / config["data"]["name"]
-    vocab = data.TokenShards.open(folder).manifest["tokenizer"]["vocab_size"]
-    table = pl.read_parquet(args.measurements)
-    if args.runtime:
-        table = pl.concat([table, pl.read_parquet(args.runtime)], how="diagonal_relaxed")
+    config, space, vocab, table = device_table.load(args)
     seconds, quality = {}, {}
     for workers in (1, args.workers):
         section = {**config["surrogate"], "workers": workers}
