@@ -76,9 +76,12 @@ def test_bad_value_names_field_and_allowed(path: list[str], value: object,
         assert text in str(info.value)
 
 
+STEPS = DEFAULT["supernet"]["steps"]
+
+
 @pytest.mark.parametrize(("value", "expected"), [
-    ([40, 120], ["supernet.snapshots: [40, 120]", "< supernet.steps (120)",
-                 "drop [120] or raise supernet.steps"]),
+    ([40, STEPS], [f"supernet.snapshots: [40, {STEPS}]", f"< supernet.steps ({STEPS})",
+                   f"drop [{STEPS}] or raise supernet.steps"]),
     ([80, 40], ["supernet.snapshots: [80, 40]", "increasing order, e.g. [40, 80]"]),
     ([0], ["supernet.snapshots.0", ">= 1"]),
     ([40, 40], ["supernet.snapshots: [40, 40]", "training steps at which a snapshot"]),
