@@ -320,6 +320,10 @@ class SearchSpace:
         """Raise InvalidArchError naming the first field whose value is not a choice."""
         if not isinstance(arch, Arch):
             raise TypeError(f"expected an Arch, got {type(arch).__name__}")
+        embed, depth, heads, ratios, bias = self._choice_sets
+        if (arch.embed_dim in embed and arch.n_layer in depth and arch.bias in bias
+                and heads.issuperset(arch.n_head) and ratios.issuperset(arch.mlp_ratio)):
+            return  # set lookups first: 10^5 archs are validated per query
         values = [("embed_dim", arch.embed_dim, self.embed_dim),
                   ("n_layer", arch.n_layer, self.n_layer)]
         values += [(f"n_head[{i}]", h, self.n_head) for i, h in enumerate(arch.n_head)]
@@ -345,14 +349,9 @@ class SearchSpace:
     def encode(self, archs: Sequence[Arch]) -> np.ndarray:
         """Fixed-length float32 features (n, 3 + 2 * max_n_layer); absent layers are 0."""
         n_max = self.max_n_layer
-        embed, depth, heads, ratios, bias = self._choice_sets
         rows = []
         for arch in archs:
-            # the checks of validate, as set lookups (10^5 archs are encoded per query)
-            if not (isinstance(arch, Arch) and arch.embed_dim in embed and arch.n_layer in depth
-                    and arch.bias in bias and heads.issuperset(arch.n_head)
-                    and ratios.issuperset(arch.mlp_ratio)):
-                self.validate(arch)
+            self.validate(arch)
             pad = (0,) * (n_max - arch.n_layer)
             rows.append((arch.embed_dim, arch.n_layer, arch.bias, *arch.n_head, *pad,
                          *arch.mlp_ratio, *pad))

@@ -37,7 +37,6 @@ from torch.profiler import ProfilerActivity, profile
 from .latency import synchronize
 
 MB = 2**20
-OUT_OF_MEMORY = "out of memory"  # how a memory_reason of an arch that ran out of memory starts
 
 
 def tensor_bytes(model: nn.Module) -> int:
