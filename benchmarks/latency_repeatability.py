@@ -2,9 +2,12 @@
 
 Measures ``--archs`` sampled archs of a space twice, with the settings of params.yaml's
 ``measure`` section (memory and energy off), once timing arch after arch and once interleaved
-(round-robin), and prints the Kendall τ between the two campaigns' medians and the median
-per-row CI. A surrogate cannot rank archs better than the measurement repeats itself, so this
-bounds the latency surrogate's τ.
+(round-robin), and prints the Kendall τ between the two campaigns' medians, the median
+per-row CI, the machine's speed shift between the campaigns (median ratio) and the share of
+archs whose two latencies agree within ±5% once that shift is divided out. A surrogate cannot
+rank archs better than the measurement repeats itself, nor put more archs within ±5% of a
+measurement than a second measurement does, so these bound the latency surrogate's τ and its
+share within ±5%.
 
     python benchmarks/latency_repeatability.py --scale tiny --archs 40
 """
@@ -38,16 +41,20 @@ def main() -> None:
     print(f"{args.archs} archs of {args.scale}; batch {section['batch_sizes']}, seq_len "
           f"{section['seq_lens']}, {section['dtypes']}, threads {section['threads']}")
     print(f"{'timing':>12} {'tau(campaign 1, 2)':>19} {'median CI %':>12} {'median ms':>10} "
-          f"{'seconds':>8}")
+          f"{'shift':>6} {'within 5%':>9} {'seconds':>8}")
     for interleave in (False, True):
         start = time.perf_counter()
         campaigns = [measure_rows({**section, "interleave": interleave}, space, archs,
                                   args.vocab_size, "auto") for _ in range(2)]
         first, second = ([r["latency_ms"] for r in rows] for rows in campaigns)
         ci = np.median([r["latency_ci95_rel"] for rows in campaigns for r in rows]) * 100
+        ratio = np.asarray(second) / np.asarray(first)
+        shift = float(np.median(ratio))
+        agree = float(np.mean(np.abs(ratio / shift - 1) <= 0.05))
         name = "interleaved" if interleave else "one by one"
         print(f"{name:>12} {stats.kendalltau(first, second).statistic:>19.3f} {ci:>12.2f} "
-              f"{np.median(first):>10.2f} {time.perf_counter() - start:>8.1f}")
+              f"{np.median(first):>10.2f} {shift:>6.3f} {agree:>9.1%} "
+              f"{time.perf_counter() - start:>8.1f}")
 
 
 if __name__ == "__main__":

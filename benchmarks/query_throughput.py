@@ -4,9 +4,11 @@
     python benchmarks/query_throughput.py --metric all   # every metric of one device+condition
 
 Uses the surrogates under results/{scale}/surrogates (run `make run` first), with the family
-each target selected (``best``). The tiny space has 9 288 archs, so a batch of 10^5 repeats
-them. ``--metric all`` queries perplexity and every hardware metric of the first device's
-first condition in one call.
+each target selected (``best``; ``--family`` forces one). The tiny space has 9 288 archs, so a
+batch of 10^5 repeats them, and a query predicts each distinct arch once; the ``distinct`` line
+times a batch without repeats (the whole space where it is smaller than ``--archs``), which is
+what a query of 10^5 archs of a large space costs per arch. ``--metric all`` queries perplexity
+and every hardware metric of the first device's first condition in one call.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ def main() -> None:
     parser.add_argument("--archs", type=int, default=100_000)
     parser.add_argument("--singles", type=int, default=200, help="archs in the single loop")
     parser.add_argument("--metric", default="latency_ms")
+    parser.add_argument("--family", default="best")
     args = parser.parse_args()
-    bench = Benchmark.load(args.scale, args.results)
+    bench = Benchmark.load(args.scale, args.results, family=args.family)
     device = None if args.metric == "perplexity" else bench.devices[0]
     first = "latency_ms" if args.metric == "all" else args.metric
     condition = None if device is None else bench.conditions(device, first)[0]
@@ -42,6 +45,9 @@ def main() -> None:
     bench.query(archs, metrics, device=device, condition=condition)
     batched = time.perf_counter() - start
     start = time.perf_counter()
+    bench.query(pool, metrics, device=device, condition=condition)
+    distinct = time.perf_counter() - start
+    start = time.perf_counter()
     for arch in archs[:args.singles]:
         bench.query([arch], metrics, device=device, condition=condition)
     single = (time.perf_counter() - start) / args.singles
@@ -50,6 +56,8 @@ def main() -> None:
     print(f"{metrics} on {device or 'any device'} {condition or ''} ({families}), "
           f"{torch.get_num_threads()} threads")
     print(f"batched: {args.archs} archs in {batched:.2f} s = {args.archs / batched:,.0f} archs/s")
+    print(f"distinct: {len(pool)} archs in {distinct:.2f} s = {len(pool) / distinct:,.0f} "
+          f"archs/s ({distinct * 1e5 / len(pool):.2f} s per 10^5 distinct archs)")
     print(f"single:  {single * 1e3:.2f} ms per arch = {1 / single:,.0f} archs/s "
           f"(mean of {args.singles})")
     print(f"speed-up per arch: {single * args.archs / batched:,.0f}x")

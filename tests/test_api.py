@@ -112,6 +112,10 @@ def test_batched_query_equals_single_queries(results: Path) -> None:
     assert (batch["latency_ms"] <= batch["latency_ms_hi"]).all()
     by_id = bench.query([a.id for a in archs[:3]], "latency_ms", device=DEVICE)
     assert by_id.equals(batch.select("arch_id", "latency_ms").head(3))
+    repeated = [archs[i] for i in (4, 0, 4, 7, 0, 4)]  # each distinct arch predicted once
+    again = bench.query(repeated, ["perplexity", "latency_ms"], device=DEVICE,
+                        return_interval=True)
+    assert again.equals(batch[[4, 0, 4, 7, 0, 4]])
 
 
 def test_measured_mode_returns_the_table_values(results: Path) -> None:

@@ -13,11 +13,18 @@ from hwgptbench import surrogates
 from hwgptbench.measure.flops import forward_flops
 from hwgptbench.space import SearchSpace
 from hwgptbench.surrogate import Surrogate
+from hwgptbench.surrogate.conformal import ConformalSurrogate, cross_conformal, widen, widening
 from hwgptbench.surrogate.features import analytic_counts, feature_matrix, feature_names
 from hwgptbench.surrogate.lightgbm_model import LightGBMSurrogate
 from hwgptbench.surrogate.linear import LinearSurrogate
 from hwgptbench.surrogate.mlp import MLPEnsembleSurrogate
-from hwgptbench.surrogate.quality import cross_validate, interval_coverage, relative_errors
+from hwgptbench.surrogate.quality import (
+    cross_validate,
+    fold_indices,
+    interval_coverage,
+    out_of_fold,
+    relative_errors,
+)
 from hwgptbench.surrogate.store import SurrogateMismatchError, load_surrogate, save_surrogate
 
 SPACES = {
@@ -269,9 +276,15 @@ def test_blend_is_the_mean_of_the_families_and_scored_out_of_fold(tmp_path: Path
     assert quality["selected"].sum() == 1
     predictions = pl.read_parquet(tmp_path / "perplexity" / "predictions.parquet")
     by_family = {f: predictions.filter(pl.col("family") == f) for f in quality["family"]}
-    for column in ("predicted", "lower", "upper"):
-        mean = (by_family["lightgbm"][column] + by_family["mlp_ensemble"][column]) / 2
-        np.testing.assert_allclose(by_family["blend"][column], mean)
+    mean = {column: ((by_family["lightgbm"][column] + by_family["mlp_ensemble"][column]) / 2
+                     ).to_numpy() for column in ("predicted", "lower", "upper")}
+    np.testing.assert_allclose(by_family["blend"]["predicted"], mean["predicted"])
+    folds = fold_indices(len(archs), section["folds"], section["seed"])
+    low, high, _, _ = cross_conformal(by_family["blend"]["measured"].to_numpy(),
+                                      mean["predicted"], mean["lower"], mean["upper"], folds,
+                                      section["coverage"])  # the blend's interval: calibrated
+    np.testing.assert_allclose(by_family["blend"]["lower"], low)
+    np.testing.assert_allclose(by_family["blend"]["upper"], high)
     blend = quality.row(2, named=True)
     oof = by_family["blend"]
     ape = (oof["predicted"] - oof["measured"]).abs() / oof["measured"]
@@ -283,3 +296,45 @@ def test_blend_is_the_mean_of_the_families_and_scored_out_of_fold(tmp_path: Path
     np.testing.assert_allclose(model.predict(X), np.mean([m.predict(X) for m in members], 0))
     low, high = model.predict_interval(X)
     assert (low <= model.predict(X)).all() and (model.predict(X) <= high).all()
+
+
+def test_conformal_widening_is_the_finite_sample_quantile() -> None:
+    scores = np.arange(1.0, 20.0)  # 19 scores: the ceil(20 * 0.9) = 18th smallest
+    assert widening(scores, 0.9) == 18.0
+    assert widening(scores[:5], 0.9) == 5.0  # too few scores for 90%: the largest
+    with pytest.raises(ValueError, match="coverage"):
+        widening(scores, 1.0)
+
+
+def test_cross_conformal_brings_too_narrow_intervals_to_nominal_coverage() -> None:
+    rng = np.random.default_rng(0)
+    y = np.exp(rng.normal(0, 0.1, 2000))
+    point = np.ones_like(y)
+    low, high = point * np.exp(-0.02), point * np.exp(0.02)  # covers about 16%
+    assert interval_coverage(y, low, high) < 0.2
+    folds = fold_indices(len(y), 5, 0)
+    calibrated_low, calibrated_high, by, log_space = cross_conformal(y, point, low, high,
+                                                                     folds, 0.9)
+    assert log_space and by == pytest.approx(0.1645 - 0.02, abs=0.015)
+    assert interval_coverage(y, calibrated_low, calibrated_high) == pytest.approx(0.9, abs=0.02)
+    wide_low, wide_high, narrowing, _ = cross_conformal(y, point, low / 2, high * 2, folds, 0.9)
+    assert narrowing < 0  # too cautious intervals move in, but never past the point
+    assert (wide_low <= point).all() and (point <= wide_high).all()
+    assert interval_coverage(y, wide_low, wide_high) == pytest.approx(0.9, abs=0.02)
+
+
+def test_stored_conformal_surrogate_widens_its_models_interval(tmp_path: Path) -> None:
+    sp = space("tiny")
+    archs = sp.sample(40, seed=2)
+    X = feature_matrix(sp, archs, VOCAB, BATCH, SEQ)
+    y = np.exp(X[:, 0] / X[:, 0].max()) * np.exp(np.random.default_rng(1).normal(0, .05, 40))
+    point, low, high = out_of_fold(LinearSurrogate, X, y, folds=4, seed=0)
+    _, _, by, log_space = cross_conformal(y, point, low, high, fold_indices(40, 4, 0), 0.9)
+    save_surrogate(ConformalSurrogate(LinearSurrogate().fit(X, y), by, log_space),
+                   tmp_path / "m", metadata(sp, 40))
+    model, meta = load_surrogate(tmp_path / "m", expected_space=sp)
+    raw = LinearSurrogate.load(tmp_path / "m")
+    assert meta["family"] == model.family == "linear"
+    np.testing.assert_allclose(model.predict(X), raw.predict(X))
+    expected = widen(*raw.predict_interval(X), by, log_space, raw.predict(X))
+    np.testing.assert_allclose(model.predict_interval(X), expected)

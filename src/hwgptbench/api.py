@@ -309,6 +309,11 @@ class Benchmark:
                 self.space.validate(arch)
         ids = [a.id for a in archs]
         columns: dict[str, Any] = {"arch_id": ids}
+        # each distinct arch is predicted once (searches re-query, small spaces repeat)
+        position: dict[str, int] = {}
+        inverse = np.fromiter((position.setdefault(i, len(position)) for i in ids),
+                              dtype=np.intp, count=len(ids))
+        distinct = list(dict(zip(ids, archs, strict=True)).values())
         encoded: np.ndarray | None = None  # one encoding, features per feature key
         features: dict[tuple[int, int, int], np.ndarray] = {}
         for metric in metrics:
@@ -319,12 +324,12 @@ class Benchmark:
             key = (entry["vocab_size"], entry["batch_size"], entry["seq_len"])
             if key not in features:
                 if encoded is None:
-                    encoded = self.space.encode(archs)
+                    encoded = self.space.encode(distinct)
                 features[key] = features_of_encoded(self.space, encoded, *key)
             model = self._model(entry["folder"])
-            columns[metric] = model.predict(features[key])
+            columns[metric] = model.predict(features[key])[inverse]
             if return_interval:
-                columns[f"{metric}_lo"], columns[f"{metric}_hi"] = model.predict_interval(
-                    features[key])
+                low, high = model.predict_interval(features[key])
+                columns[f"{metric}_lo"], columns[f"{metric}_hi"] = low[inverse], high[inverse]
         return pl.DataFrame(columns)
 

@@ -36,8 +36,9 @@ from .measure.condition import CONDITION_KEYS, DEFAULTS, Condition
 from .space import SearchSpace
 from .surrogate import Surrogate
 from .surrogate.blend import BlendSurrogate
+from .surrogate.conformal import ConformalSurrogate, cross_conformal
 from .surrogate.features import feature_matrix
-from .surrogate.quality import cross_validate, score
+from .surrogate.quality import fold_indices, out_of_fold, score
 from .surrogate.store import load_surrogate, save_surrogate
 
 log = logging.getLogger(__name__)
@@ -82,20 +83,24 @@ def with_condition_columns(table: pl.DataFrame) -> pl.DataFrame:
 
 
 def make_factory(section: dict[str, Any], family: str) -> Callable[[], Surrogate]:
-    """A constructor of fresh, unfitted surrogates of a family, from the params section."""
+    """A constructor of fresh, unfitted surrogates of a family, from the params section; the
+    families' own interval calibration is off, the stage calibrates every family alike
+    (:mod:`.surrogate.conformal`)."""
     coverage, seed = section["coverage"], section["seed"]
     if family == "lightgbm":
         from .surrogate.lightgbm_model import LightGBMSurrogate
 
         tail = (1 - coverage) / 2
-        return lambda: LightGBMSurrogate(section["lightgbm"], (tail, 1 - tail), seed=seed)
+        return lambda: LightGBMSurrogate(section["lightgbm"], (tail, 1 - tail), seed=seed,
+                                         calibration_folds=0)
     if family == "linear":
         from .surrogate.linear import LinearSurrogate
 
         return lambda: LinearSurrogate(coverage)
     from .surrogate.mlp import MLPEnsembleSurrogate
 
-    return lambda: MLPEnsembleSurrogate(**section["mlp_ensemble"], seed=seed, coverage=coverage)
+    return lambda: MLPEnsembleSurrogate(**section["mlp_ensemble"], seed=seed, coverage=coverage,
+                                        calibration_folds=0)
 
 
 def _base_row(section: dict[str, Any], metric: str, device: str, condition: str
@@ -138,28 +143,43 @@ def _scored(section: dict[str, Any], target: _Target, family: str, quality: dict
     return row, predictions
 
 
+def _calibrated_score(section: dict[str, Any], target: _Target, point: np.ndarray,
+                      low: np.ndarray, high: np.ndarray) -> tuple[dict[str, Any], float, bool]:
+    """Scores of out-of-fold predictions whose intervals are conformally calibrated without
+    their own fold, and the widening of all folds for the stored model."""
+    folds = fold_indices(len(target.y), section["folds"], section["seed"])
+    low, high, by, log_space = cross_conformal(target.y, point, low, high, folds,
+                                               section["coverage"])
+    return score(target.y, point, low, high), by, log_space
+
+
 def _fit_family(section: dict[str, Any], target: _Target, family: str
                 ) -> tuple[dict[str, Any], pl.DataFrame]:
-    """Cross-validate and fit one family on a target; save it; return its quality row and
-    the out-of-fold predictions of the target's archs."""
+    """Cross-validate and fit one family on a target, calibrate its interval out of fold;
+    save it; return its quality row and the out-of-fold predictions of the target's archs."""
     factory = make_factory(section, family)
-    quality = cross_validate(factory, target.X, target.y, section["folds"], section["seed"])
-    save_surrogate(factory().fit(target.X, target.y), target.folder / family,
-                   {**target.metadata, "training_rows": len(target.y)})
+    point, low, high = out_of_fold(factory, target.X, target.y, section["folds"],
+                                   section["seed"])
+    quality, by, log_space = _calibrated_score(section, target, point, low, high)
+    save_surrogate(ConformalSurrogate(factory().fit(target.X, target.y), by, log_space),
+                   target.folder / family, {**target.metadata, "training_rows": len(target.y)})
     return _scored(section, target, family, quality)
 
 
 def _fit_blend(section: dict[str, Any], target: _Target, members: list[pl.DataFrame]
                ) -> tuple[dict[str, Any], pl.DataFrame]:
     """Score the blend of a target's fitted families on their out-of-fold predictions (same
-    folds, so that is the blend's own out-of-fold prediction) and save it beside them."""
+    folds, so that is the blend's own out-of-fold prediction), calibrate its interval like a
+    family's and save it beside them."""
     point, low, high = (np.mean([m[column].to_numpy() for m in members], axis=0)
                         for column in ("predicted", "lower", "upper"))
+    quality, by, log_space = _calibrated_score(section, target, point, low, high)
     families = [m["family"][0] for m in members]
     blend = BlendSurrogate([load_surrogate(target.folder / f)[0] for f in families])
-    save_surrogate(blend, target.folder / BlendSurrogate.family,
+    save_surrogate(ConformalSurrogate(blend, by, log_space),
+                   target.folder / BlendSurrogate.family,
                    {**target.metadata, "training_rows": len(target.y)})
-    return _scored(section, target, BlendSurrogate.family, score(target.y, point, low, high))
+    return _scored(section, target, BlendSurrogate.family, quality)
 
 
 def _fit_targets(section: dict[str, Any], targets: list[_Target | list[dict[str, Any]]],

@@ -55,18 +55,24 @@ class LinearSurrogate:
     def _standardised(self, X: np.ndarray) -> np.ndarray:
         return (np.asarray(X, dtype=np.float64) - self.state["x_mean"]) / self.state["x_scale"]
 
-    def _posterior(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Predictive mean and variance in fitted (log) space."""
+    def _mean(self, x: np.ndarray) -> np.ndarray:
+        """Predictive mean in fitted (log) space of standardised features x."""
+        return x @ np.asarray(self.state["coef"]) + self.state["intercept"]
+
+    def _inputs(self, X: np.ndarray) -> np.ndarray:
         if "coef" not in self.state:
             raise RuntimeError("LinearSurrogate is not fitted; call fit or load first")
-        x = self._standardised(check_features(X))
-        mean = x @ np.asarray(self.state["coef"]) + self.state["intercept"]
+        return self._standardised(check_features(X))
+
+    def _posterior(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Predictive mean and variance in fitted (log) space."""
+        x = self._inputs(X)
         spread = np.einsum("ij,jk,ik->i", x, np.asarray(self.state["covariance"]), x)
-        return mean, spread + self.state["noise_var"]
+        return self._mean(x), spread + self.state["noise_var"]
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Predictive means (n,) in metric units."""
-        return from_target(self._posterior(X)[0], self.log_target)
+        return from_target(self._mean(self._inputs(X)), self.log_target)
 
     def predict_interval(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """mean ± z·predictive std, mapped to metric units."""

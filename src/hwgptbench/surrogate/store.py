@@ -20,6 +20,7 @@ from .. import __version__
 from ..io import atomic_dir, canonical_json
 from ..space import SearchSpace
 from . import Surrogate
+from .conformal import calibrated
 from .features import feature_names
 
 METADATA = "metadata.json"
@@ -81,4 +82,4 @@ def load_surrogate(folder: str | os.PathLike[str], expected_space: SearchSpace |
                          f"known: {sorted(FAMILIES)}")
     module, name = FAMILIES[metadata["family"]]
     model: Surrogate = getattr(importlib.import_module(module), name).load(folder)
-    return model, metadata
+    return calibrated(model, folder), metadata
