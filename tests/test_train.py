@@ -12,6 +12,7 @@ import torch
 
 from hwgptbench import train
 from hwgptbench.data import TokenShards
+from hwgptbench.io import TorchFileError
 from hwgptbench.params import ParamsError
 from hwgptbench.space import SearchSpace
 
@@ -135,7 +136,7 @@ def test_truncated_checkpoint_names_the_file_and_the_way_out(shakespeare: Path, 
     train.train(CONFIG, SMALL_SPACE, shards, tmp_path / "o", tmp_path / "w", stop_after=3)
     checkpoint = tmp_path / "w" / train.CHECKPOINT
     checkpoint.write_bytes(checkpoint.read_bytes()[:1000])
-    with pytest.raises(train.TorchFileError,
+    with pytest.raises(TorchFileError,
                        match=f"{checkpoint} cannot be read .*delete it and rerun: training "
                              "restarts from step 0"):
         train.train(CONFIG, SMALL_SPACE, shards, tmp_path / "o", tmp_path / "w")
@@ -147,11 +148,11 @@ def test_a_supernet_file_is_read_as_data_only(tmp_path: Path) -> None:
     """A pulled or given file that would run code when unpickled is refused, with the fix."""
     path = tmp_path / train.SUPERNET
     torch.save({"format": train.FORMAT, "steps": 1, "payload": print}, path)
-    with pytest.raises(train.TorchFileError, match=f"{path} cannot be read .*holds objects "
+    with pytest.raises(TorchFileError, match=f"{path} cannot be read .*holds objects "
                                                    ".*make pull"):
         train.read_supernet_file(path)
     path.write_bytes(b"not a torch file")
-    with pytest.raises(train.TorchFileError, match="corrupt or truncated.*make pull"):
+    with pytest.raises(TorchFileError, match="corrupt or truncated.*make pull"):
         train.read_supernet_file(path)
 
 

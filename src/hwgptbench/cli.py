@@ -38,7 +38,7 @@ _USER_ERRORS = {"hwgptbench.params": "ParamsError", "hwgptbench.data": "CorpusUn
                 "hwgptbench.hwgpt_import": "PublishedDataError",
                 "hwgptbench.measure.plan": "MemoryPlanError",
                 "hwgptbench.locks": "LockHeldError",
-                "hwgptbench.train": "TorchFileError"}
+                "hwgptbench.io": "TorchFileError"}
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

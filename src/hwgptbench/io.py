@@ -1,4 +1,4 @@
-"""Atomic file and directory writes, and content hashing.
+"""Atomic file and directory writes, content hashing, and torch files read as data only.
 
 Every stage writes its outputs through these helpers: data goes to a temporary path in the
 same folder and is renamed into place only once complete, so a killed job never leaves a
@@ -127,3 +127,38 @@ def sha256_file(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> str:
         while chunk := handle.read(chunk_size):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def save_torch(obj: Any, path: str | os.PathLike[str]) -> None:
+    """torch.save through an atomic rename."""
+    import torch
+
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
+
+
+class TorchFileError(ValueError):
+    """A torch file that cannot be read: truncated, corrupt, or holding more than data."""
+
+
+def load_torch(path: str | os.PathLike[str], fix: str, device: Any = "cpu",
+               mmap: bool = False) -> Any:
+    """The contents of a file written by :func:`save_torch`, read as data only (tensors,
+    containers, numbers and strings; ``weights_only``: a pulled or given file runs no code,
+    docs/security.md). A file that cannot be read raises :class:`TorchFileError` naming it and
+    ``fix``, what to do about it."""
+    import pickle
+
+    import torch
+
+    try:
+        return torch.load(path, map_location=device, weights_only=True, mmap=mmap)
+    except FileNotFoundError:
+        raise
+    except pickle.UnpicklingError as err:
+        reason = ("it holds objects other than tensors and plain data, refused unread"
+                  if "Unsupported global" in str(err) else "corrupt or truncated")
+        raise TorchFileError(f"{path} cannot be read ({reason}): {fix}") from err
+    except (RuntimeError, EOFError, OSError, ValueError) as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise TorchFileError(f"{path} cannot be read ({first_line}): {fix}") from err

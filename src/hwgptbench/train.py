@@ -28,7 +28,6 @@ import hashlib
 import logging
 import math
 import os
-import pickle
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,7 +39,7 @@ import torch
 from tqdm import tqdm
 
 from .data import TokenShards
-from .io import atomic_path, canonical_json
+from .io import atomic_path, canonical_json, load_torch, save_torch
 from .model import SuperGPT
 from .params import ParamsError, batch_problems, snapshot_problems
 from .space import Arch, SearchSpace
@@ -214,37 +213,8 @@ class Distributed:
         return slice(self.rank * share, (self.rank + 1) * share)
 
 
-def save_torch(obj: Any, path: Path) -> None:
-    """torch.save through an atomic rename."""
-    with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
-
-
 SUPERNET_FIX = ("delete it and rerun: the supernet rule trains it again, or `make pull` fetches "
                 "it from the DVC remote")
-
-
-class TorchFileError(ValueError):
-    """A torch file that cannot be read: truncated, corrupt, or holding more than data."""
-
-
-def load_torch(path: str | Path, fix: str, device: str | torch.device = "cpu",
-               mmap: bool = False) -> Any:
-    """The contents of a file written by :func:`save_torch`, read as data only (tensors,
-    containers, numbers and strings; ``weights_only``: a pulled or given file runs no code).
-    A file that cannot be read raises :class:`TorchFileError` naming it and ``fix``, what to
-    do about it."""
-    try:
-        return torch.load(path, map_location=device, weights_only=True, mmap=mmap)
-    except FileNotFoundError:
-        raise
-    except pickle.UnpicklingError as err:
-        reason = ("it holds objects other than tensors and plain data, refused unread"
-                  if "Unsupported global" in str(err) else "corrupt or truncated")
-        raise TorchFileError(f"{path} cannot be read ({reason}): {fix}") from err
-    except (RuntimeError, EOFError, OSError, ValueError) as err:
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise TorchFileError(f"{path} cannot be read ({first_line}): {fix}") from err
 
 
 def supernet_state(model: SuperGPT, space: SearchSpace, cfg: TrainConfig | None, steps: int,

@@ -8,7 +8,8 @@ rule compress_dense:
     """The dense model: trained here (compress.source: pretrain; resumes) or imported from a
     local Hugging Face LLaMA-family checkpoint (huggingface)."""
     input:
-        params=compress_params("name", "source", "checkpoint", "space", "pretrain"),
+        params=compress_params("name", "source", "checkpoint", "allow_pickle_weights", "space",
+                               "pretrain"),
         data=DATA_DIR,
     output:
         f"{COMPRESS}/dense.pt",

@@ -59,7 +59,8 @@ def cmd_dense(args: argparse.Namespace) -> None:
     section = _section(args)
     space = _space(section)
     if section["source"] == "huggingface":
-        from_huggingface(section["checkpoint"], space, args.out)
+        from_huggingface(section["checkpoint"], space, args.out,
+                         section["allow_pickle_weights"])
         return
     shards = data.TokenShards.open(args.data, verify=True)
     pretrain(space, TrainConfig.from_params(section["pretrain"]), shards, args.out,

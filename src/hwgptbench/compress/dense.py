@@ -21,9 +21,10 @@ from typing import Any
 import torch
 
 from ..data import TokenShards
+from ..io import load_torch, save_torch
 from ..model import GPT, GPTConfig
 from ..space import Arch, SearchSpace
-from ..train import TrainConfig, load_supernet, load_torch, save_torch, train
+from ..train import TrainConfig, load_supernet, train
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +92,12 @@ def pretrain(space: SearchSpace, cfg: TrainConfig, shards: TokenShards, out: str
     return Path(out)
 
 
-def from_huggingface(checkpoint: str | Path, space: SearchSpace, out: str | Path) -> Path:
-    """Import a local Hugging Face LLaMA-family checkpoint as the dense file ``out``."""
+def from_huggingface(checkpoint: str | Path, space: SearchSpace, out: str | Path,
+                     allow_pickle: bool = False) -> Path:
+    """Import a local Hugging Face LLaMA-family checkpoint as the dense file ``out`` (its
+    safetensors weights; pickled ``.bin`` weights only with ``allow_pickle``)."""
     from .hf import load_hf_llama
 
-    model = load_hf_llama(checkpoint, block_size=space.block_size)
+    model = load_hf_llama(checkpoint, block_size=space.block_size, allow_pickle=allow_pickle)
     save_dense(model, out, {"source": "huggingface", "checkpoint": str(checkpoint)})
     return Path(out)

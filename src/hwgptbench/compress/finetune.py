@@ -18,14 +18,12 @@ import polars as pl
 import torch
 
 from ..data import TokenShards
-from ..io import atomic_path, canonical_json
+from ..io import atomic_path, canonical_json, load_torch, save_torch
 from ..model import GPT, SuperGPT
 from ..space import SearchSpace
 from ..train import (
     TrainConfig,
     WindowSampler,
-    load_torch,
-    save_torch,
     step_rng,
     supernet_state,
     train,

@@ -237,9 +237,28 @@ def _dtype_kwarg(transformers: Any) -> str:
     return "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
 
 
+class PickledWeightsError(ValueError):
+    """A checkpoint holds its weights only as pickles, which loading would execute."""
+
+
+def _check_weight_format(path: Path, allow_pickle: bool) -> None:
+    """Refuse a checkpoint without safetensors weights unless pickles are allowed."""
+    if allow_pickle or any(path.glob("*.safetensors")):
+        return
+    pickled = sorted(p.name for p in path.glob("*.bin")) or ["no weight file"]
+    raise PickledWeightsError(
+        f"{path}: no .safetensors weights (found {', '.join(pickled)}); a pickled .bin file "
+        "runs code when loaded (docs/security.md). Convert the checkpoint to safetensors, or, "
+        "for a checkpoint you trust, set compress.allow_pickle_weights: true")
+
+
 @torch.no_grad()
-def load_hf_llama(path: str | Path, *, block_size: int | None = None) -> GPT:
+def load_hf_llama(path: str | Path, *, block_size: int | None = None,
+                  allow_pickle: bool = False) -> GPT:
     """A fixed llama GPT (fp32, eval mode) equal to the LLaMA-family checkpoint at path.
+
+    Weights are read from safetensors files; a checkpoint with pickled ``.bin`` weights only
+    is refused with :class:`PickledWeightsError` unless ``allow_pickle``.
 
     block_size defaults to the checkpoint's max_position_embeddings (large for recent models:
     the rotary tables and a default KV cache scale with it). Raises ValueError for a checkpoint
@@ -248,6 +267,7 @@ def load_hf_llama(path: str | Path, *, block_size: int | None = None) -> GPT:
     transformers = _transformers()
     config = _load_config(path)
     summary = _check_config(config)
+    _check_weight_format(Path(path), allow_pickle)
     gpt_config = gpt_config_from_hf(summary, block_size)
     window = summary["sliding_window"]
     if window is not None and gpt_config.block_size > window:
@@ -259,6 +279,7 @@ def load_hf_llama(path: str | Path, *, block_size: int | None = None) -> GPT:
                     gpt_config.block_size, summary["max_position_embeddings"])
     hf_model, info = transformers.AutoModelForCausalLM.from_pretrained(
         str(path), config=config, local_files_only=True, output_loading_info=True,
+        use_safetensors=None if allow_pickle else True,
         **{_dtype_kwarg(transformers): torch.float32})
     try:
         name = type(hf_model).__name__

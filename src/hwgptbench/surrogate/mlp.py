@@ -35,6 +35,7 @@ import torch
 from scipy.stats import norm
 from torch import nn
 
+from ..io import load_torch
 from . import check_features, check_rows, from_target, to_target
 
 log = logging.getLogger(__name__)
@@ -246,7 +247,8 @@ class MLPEnsembleSurrogate:
         model.stats = document["stats"]
         nets = [_network(model.stats["n_features"], model.hidden, model.layers)
                 for _ in range(model.members)]
-        states = torch.load(folder / _WEIGHTS, weights_only=True)
+        states = load_torch(folder / _WEIGHTS, "delete the surrogate folder and rerun the "
+                            "surrogates stage, or `make pull` to fetch it again")
         for net, state in zip(nets, states, strict=True):
             net.load_state_dict(state)
         model.members_net = _Members(nets)
