@@ -8,12 +8,13 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: run test pull install help hwgptbench
+.PHONY: run test pull install help hwgptbench lock
 
 help:
 	@echo "make run   - install into $(VENV) and run the workflow (dvc repro -> snakemake)"
 	@echo "make test  - install with the test extra, lint (ruff) and run the fast tests"
 	@echo "make pull  - fetch results from the DVC remote and mark them up to date"
+	@echo "make lock  - re-resolve pyproject.toml's ranges into requirements.lock (the installs' pins)"
 	@echo "make hwgptbench - HW-GPT-Bench's s space: import its perplexities, measure 500 archs"
 	@echo "                  here, surrogates, search, figures (docs/paper_scale.md; resumes)"
 
@@ -24,13 +25,32 @@ $(VENV)/.torch: | $(BIN)/python
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "$(TORCH_SPEC)"
 	touch $@
 
-$(VENV)/.installed: pyproject.toml $(VENV)/.torch
-	$(BIN)/pip install --quiet -e .
+# The exact versions every install resolves come from the lock (a pip constraints file written
+# by `make lock`); pyproject.toml keeps ranges for users who `pip install` the package.
+LOCK ?= requirements.lock
+$(LOCK):
+	@echo "$(LOCK) is missing: restore it (git checkout $(LOCK)) or write it with make lock"; false
+$(VENV)/.installed: pyproject.toml $(LOCK) $(VENV)/.torch
+	$(BIN)/pip install --quiet -c $(LOCK) -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
-	$(BIN)/pip install --quiet -e '.[test]'
+$(VENV)/.installed-test: pyproject.toml $(LOCK) $(VENV)/.installed
+	$(BIN)/pip install --quiet -c $(LOCK) -e '.[test]'
 	touch $@
+
+# Resolve pyproject.toml's ranges afresh (with every extra but torchao's, which pins torch) in a
+# scratch environment and write what it installed, torch aside (TORCH_SPEC pins it), sorted.
+LOCK_EXTRAS := test,s3,cluster,hf,lm-eval
+lock:
+	rm -rf .lock-venv
+	$(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet "$(TORCH_SPEC)"
+	.lock-venv/bin/pip install --quiet -e '.[$(LOCK_EXTRAS)]'
+	{ echo "# pip constraints for make install/test: written by \`make lock\`, do not edit"; \
+	  .lock-venv/bin/pip freeze --exclude-editable | grep -viE '^(torch|pip|setuptools|wheel)=='\
+	  | LC_ALL=C sort -f; } > $(LOCK).tmp
+	mv $(LOCK).tmp $(LOCK)
+	rm -rf .lock-venv
 
 install: $(VENV)/.installed
 

@@ -210,3 +210,18 @@ def test_iterative_search_beats_random_search_at_equal_budget(problem: AnalyticP
                                  for seed in range(8)])
              for algorithm in ("rs", "iterative")}
     assert final["iterative"] > final["rs"]
+
+
+def test_stored_runs_carry_the_versions_of_their_libraries(problem: AnalyticProblem, reference,
+                                                           tmp_path) -> None:
+    from importlib.metadata import version
+
+    from hwgptbench.search import run_seeds
+
+    run_seeds(problem, reference, "rs", 4, [0], {}, tmp_path / "runs",
+              labels={"objectives": "ppl-latency"})
+    table = pl.read_parquet(tmp_path / "runs" / "0.parquet")
+    assert table["objectives"].to_list() == ["ppl-latency"] * 4
+    for name in ("torch", "botorch", "syne-tune", "pymoo", "moocore", "lightgbm"):
+        column = f"{name.replace('-', '_')}_version"
+        assert table[column].unique().to_list() == [version(name)]

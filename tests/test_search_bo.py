@@ -138,3 +138,14 @@ def test_ehvi_keeps_botorch_pure_pytorch_path() -> None:
 
     search(AnalyticProblem(SPACE, ["error", "latency"]), "ehvi", 7)
     assert logei._C is None
+
+
+def test_a_botorch_without_the_private_sentinel_is_named(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    from botorch.acquisition.multi_objective import logei
+
+    from hwgptbench.search.algorithms.bo import keep_pure_pytorch_logei
+
+    monkeypatch.delattr(logei, "_load_attempted")
+    with pytest.raises(ImportError, match=r"has no .*_load_attempted.*botorch==0\.18\.\*"):
+        keep_pure_pytorch_logei()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
@@ -273,6 +274,7 @@ def test_blend_is_the_mean_of_the_families_and_scored_out_of_fold(tmp_path: Path
                                 "lr": 0.01, "weight_decay": 0.0}}
     quality = surrogates.fit_perplexity(section, sp, VOCAB, table, tmp_path / "perplexity")
     assert quality["family"].to_list() == ["lightgbm", "mlp_ensemble", "blend"]
+    assert quality["lightgbm_version"].unique().to_list() == [version("lightgbm")]
     assert quality["selected"].sum() == 1
     predictions = pl.read_parquet(tmp_path / "perplexity" / "predictions.parquet")
     by_family = {f: predictions.filter(pl.col("family") == f) for f in quality["family"]}

@@ -16,7 +16,6 @@ import hashlib
 import json
 import logging
 import os
-import platform
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -54,6 +53,7 @@ from .measure.groups import group_factors, rescale
 from .measure.latency import LATENCY_FIELDS
 from .measure.runner import measure_latency_of_archs
 from .space import Arch, SearchSpace
+from .versions import library_versions
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +292,7 @@ def measure_rows(section: dict[str, Any], space: SearchSpace, archs: Sequence[Ar
     settings = settings_from_params(section)
     identity = fingerprint(settings.threads, device)
     resolved = resolve_label(label, identity, section["aliases"])
-    versions = {"hwgptbench_version": __version__, "python_version": platform.python_version()}
+    versions = library_versions()
     rows = []
     with open_energy_meter(device) as meter:
         if not meter.available:

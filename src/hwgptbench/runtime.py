@@ -20,7 +20,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import platform
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,7 +28,6 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
-from . import __version__
 from .archs import write_table
 from .measure import Settings, default_device, fingerprint, forward_flops, resolve_label
 from .measure.breakdown import profile_breakdown
@@ -51,6 +49,7 @@ from .measure.workloads import (
 )
 from .measurements import NULLABLE
 from .space import Arch, SearchSpace
+from .versions import library_versions
 
 log = logging.getLogger(__name__)
 
@@ -248,8 +247,7 @@ def measure_runtime(section: dict[str, Any], threads: int, space: SearchSpace,
     identity = fingerprint(threads, device)
     resolved = resolve_label(label, identity, aliases)
     chosen = spread_archs(archs, space, vocab_size, section["n_archs"])
-    extra = {"device": resolved, "scale": space.name, **identity,
-             "hwgptbench_version": __version__, "python_version": platform.python_version()}
+    extra = {"device": resolved, "scale": space.name, **identity, **library_versions()}
     rows = []
     conditions = runtime_conditions(section)
     for condition in tqdm(conditions, desc="runtime", unit="condition"):

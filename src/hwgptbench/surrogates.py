@@ -40,6 +40,7 @@ from .surrogate.conformal import ConformalSurrogate, cross_conformal
 from .surrogate.features import feature_matrix
 from .surrogate.quality import fold_indices, out_of_fold, score
 from .surrogate.store import load_surrogate, save_surrogate
+from .versions import library_versions
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ QUALITY_SCHEMA = {
     "max_ape": pl.Float64, "coverage": pl.Float64, "nominal_coverage": pl.Float64,
     "selected": pl.Boolean,
 }
+# the libraries whose code fits the surrogates, their versions a column each of the quality table
+SURROGATE_LIBRARIES = ("torch", "numpy", "lightgbm", "scikit-learn")
 # The quality columns a fitted row has, besides its keys
 SCORES = ("rows", "r2", "mae", "kendall_tau", "spearman_rho", "within_5pct", "within_10pct",
           "mdape", "max_ape", "coverage")
@@ -310,7 +313,9 @@ def mark_selected(quality: pl.DataFrame) -> pl.DataFrame:
 def _write_quality(rows: list[dict[str, Any]], predictions: list[pl.DataFrame],
                    folder: Path) -> pl.DataFrame:
     """Write quality.parquet and predictions.parquet into folder; return the quality."""
-    quality = mark_selected(pl.DataFrame(rows, schema=QUALITY_SCHEMA))
+    quality = mark_selected(pl.DataFrame(rows, schema=QUALITY_SCHEMA)).with_columns(
+        pl.lit(v, dtype=pl.String).alias(k)
+        for k, v in library_versions(*SURROGATE_LIBRARIES).items())
     write_table(quality, folder / "quality.parquet")
     write_table(pl.concat(predictions) if predictions else
                 pl.DataFrame(schema=PREDICTION_SCHEMA), folder / "predictions.parquet")

@@ -24,6 +24,7 @@ import torch
 from tqdm import tqdm
 
 from ..io import atomic_dir
+from ..versions import library_versions
 from .algorithms import get_algorithm
 from .evaluator import BudgetExhausted, Evaluator
 from .genome import Genome
@@ -99,12 +100,19 @@ def trajectory(evaluator: Evaluator, algorithm: str, seed: int) -> pl.DataFrame:
     })
 
 
+# the libraries whose code decides which archs a search evaluates and what it scores
+SEARCH_LIBRARIES = ("torch", "numpy", "lightgbm", "scikit-learn", "botorch", "gpytorch",
+                    "syne-tune", "pymoo", "moocore")
+
+
 def run_seeds(problem: Problem, reference: Reference, algorithm: str, budget: int,
               seeds: Sequence[int], options: dict[str, Any], out_dir: str | os.PathLike[str],
               labels: dict[str, str] | None = None) -> Path:
     """Run every seed of one algorithm; write ``out_dir/{seed}.parquet`` (atomically, whole),
-    with a constant column per ``labels`` entry (e.g. objectives and device)."""
-    columns = [pl.lit(v, dtype=pl.String).alias(k) for k, v in (labels or {}).items()]
+    with a constant column per ``labels`` entry (e.g. objectives and device) and the versions
+    of the :data:`SEARCH_LIBRARIES`."""
+    constants = {**(labels or {}), **library_versions(*SEARCH_LIBRARIES)}
+    columns = [pl.lit(v, dtype=pl.String).alias(k) for k, v in constants.items()]
     with atomic_dir(out_dir) as staging:
         for seed in tqdm(seeds, desc=algorithm, unit="seed"):
             table = run(problem, reference, algorithm, budget, seed, options)

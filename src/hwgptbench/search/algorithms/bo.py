@@ -67,6 +67,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import botorch
 import numpy as np
 import torch
 from botorch.acquisition import AcquisitionFunction
@@ -94,11 +95,27 @@ from ..genome import Genome
 from ..hypervolume import pareto_mask
 
 DTYPE = torch.float64
-# BoTorch >= 0.18 JIT-compiles a fused C++ kernel for qLogEHVI (-march=native) in the first
-# process of a machine that builds one: ~45 s on 2 cores, and numbers that may depend on the
-# CPU's instruction set. Marking the load as attempted keeps its pure-PyTorch path: one search
-# on every machine, 2.6 s instead of 1.9 s for 12 evaluations once the kernel is cached.
-botorch_logei._load_attempted = True
+
+
+def keep_pure_pytorch_logei() -> None:
+    """Keep qLogEHVI on BoTorch's pure-PyTorch path.
+
+    BoTorch 0.18 JIT-compiles a fused C++ kernel for qLogEHVI (-march=native) in the first
+    process of a machine that builds one: ~45 s on 2 cores, and numbers that may depend on the
+    CPU's instruction set. BoTorch has no public switch for it; marking its private load
+    sentinel as attempted keeps the pure-PyTorch path: one search on every machine, 2.6 s
+    instead of 1.9 s for 12 evaluations once the kernel is cached. pyproject.toml pins the
+    BoTorch minor release that has the sentinel; a release without it raises here instead of
+    silently switching paths."""
+    if not hasattr(botorch_logei, "_load_attempted"):
+        raise ImportError(
+            f"botorch {botorch.__version__} has no botorch.acquisition.multi_objective.logei."
+            "_load_attempted, which hwgptbench sets to keep qLogEHVI's pure-PyTorch path "
+            "(search/algorithms/bo.py); install the pinned release: pip install 'botorch==0.18.*'")
+    botorch_logei._load_attempted = True
+
+
+keep_pure_pytorch_logei()
 CHUNK = 256  # candidates scored per acquisition call (bounds the MC tensors' memory)
 
 # (model, observed features, observed objectives to maximize (n, m), seed, options) ->

@@ -1,0 +1,22 @@
+"""Versions of the code that produces a result's numbers, recorded as columns of its table."""
+
+from __future__ import annotations
+
+import platform
+import re
+from importlib.metadata import PackageNotFoundError, version
+
+from . import __version__
+
+
+def library_versions(*distributions: str) -> dict[str, str]:
+    """``{name}_version`` columns (``syne-tune`` -> ``syne_tune_version``) of hwgptbench, Python
+    and each distribution; ``not installed`` for one that is missing."""
+    columns = {"hwgptbench_version": __version__, "python_version": platform.python_version()}
+    for name in distributions:
+        try:
+            found = version(name)
+        except PackageNotFoundError:
+            found = "not installed"
+        columns[f"{re.sub(r'[-.]', '_', name).lower()}_version"] = found
+    return columns

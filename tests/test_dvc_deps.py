@@ -1,0 +1,298 @@
+"""dvc.yaml's dependencies are the code each stage runs (docs/workflow.md).
+
+For every DVC stage, Snakemake's dry run of its target (``--forceall``, so the whole chain of
+jobs; one dry run for all stages) gives the ``hwgptbench`` subcommands that its rules run. The
+import closure of each subcommand's handler inside the package, with the modules that the
+Snakefile itself imports, is the code the stage runs. Every module of that closure must be
+covered by a ``deps`` entry of the stage or of a stage upstream of it, or `dvc status` would
+call the stage up to date after a change to code that changes its results. The same for
+params: the params.yaml sections that a stage's rules read (the
+``results/.params/{section}.json`` files they take as input) must be in the ``params:`` of the
+stage or of an upstream stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO_ROOT
+from hwgptbench import cli
+
+PACKAGE = "hwgptbench"
+SRC = REPO_ROOT / "src"
+SUBCOMMAND = re.compile(r"\bhwgptbench ([a-z][a-z0-9-]*)")
+# modules whose functions import lazily what only some callers use: the package (its
+# `Benchmark` attribute) and the registries of subcommands (each handler imports its stage)
+REGISTRIES = {PACKAGE, f"{PACKAGE}.cli", f"{PACKAGE}.compress.commands",
+              f"{PACKAGE}.hwgpt_import.commands"}
+PARAMS_FILE = re.compile(r"results/\.params/([A-Za-z0-9_.]+)\.json")
+
+
+def module_file(module: str) -> Path | None:
+    """The source file of a package module, or None when it is not one."""
+    base = SRC.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.exists():
+            return path
+    return None
+
+
+def _resolved(module: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+    """Package modules an import statement inside ``module`` loads (parents included)."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        if node.level:
+            is_package = module_file(module).name == "__init__.py"  # type: ignore[union-attr]
+            parts = module.split(".")[: len(module.split(".")) - node.level + is_package]
+            base = ".".join(parts + ([node.module] if node.module else []))
+        else:
+            base = node.module or ""
+        names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+    found = set()
+    for name in names:
+        parts = name.split(".")
+        if parts[0] != PACKAGE:
+            continue
+        found |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)
+                  if module_file(".".join(parts[:i]))}
+    return found
+
+
+def _typing_only(node: ast.AST) -> bool:
+    """An ``if TYPE_CHECKING:`` block: its imports never run."""
+    return (isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+            and node.test.id == "TYPE_CHECKING")
+
+
+def imports_in(module: str, nodes: Iterable[ast.AST]) -> set[str]:
+    """Package modules imported by the import statements found under nodes (those of
+    ``if TYPE_CHECKING:`` blocks aside)."""
+    found: set[str] = set()
+    todo = [n for n in nodes if not _typing_only(n)]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found |= _resolved(module, node)
+        todo += [child for child in ast.iter_child_nodes(node) if not _typing_only(child)]
+    return found
+
+
+def _top_level(tree: ast.Module) -> list[ast.stmt]:
+    return [n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+
+
+def closure(modules: set[str]) -> set[str]:
+    """modules and every package module they import, anywhere in their files (lazy imports
+    inside functions run when the code runs), except inside the functions of the command
+    registries: a subcommand runs its own handler only (:func:`handler_modules`)."""
+    seen, todo = set(), list(modules)
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        path = module_file(module)
+        if path is not None:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            todo += imports_in(module, _top_level(tree) if module in REGISTRIES else [tree])
+    return seen
+
+
+@cache
+def handler_modules(subcommand: str) -> frozenset[str]:
+    """The package modules a CLI subcommand runs: its handler's module-level imports, the
+    imports of the handler and of the functions of its module that it calls, and their
+    closure."""
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    func = commands.choices[subcommand].get_default("func")
+    module = func.__module__
+    tree = ast.parse(inspect.getsource(sys.modules[module]))
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    body_level = _top_level(tree)
+    called, todo = set(), [func.__name__]
+    while todo:
+        name = todo.pop()
+        if name in called or name not in functions:
+            continue
+        called.add(name)
+        todo += [n.func.id for n in ast.walk(functions[name])
+                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    direct = imports_in(module, body_level + [functions[n] for n in called]) | {module}
+    return frozenset({module} | closure(direct - {module}))
+
+
+@cache
+def workflow_modules() -> frozenset[str]:
+    """Package modules the Snakefile and its rules import (they run for every stage)."""
+    found: set[str] = set()
+    for path in [REPO_ROOT / "workflow" / "Snakefile",
+                 *sorted((REPO_ROOT / "workflow" / "rules").glob("*.smk"))]:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            stripped = line.strip()
+            if stripped.startswith(("from hwgptbench", "import hwgptbench")):
+                found |= _resolved(PACKAGE, ast.parse(stripped).body[0])  # type: ignore[arg-type]
+    return frozenset(closure(found))
+
+
+@dataclass
+class Stage:
+    """One expanded DVC stage: its target, deps and params entries, and its upstream stages."""
+
+    name: str
+    target: str
+    deps: list[str]
+    params: set[str]
+    outs: list[str]
+
+
+def dvc_stages() -> list[Stage]:
+    from dvc.dependency.param import ParamsDependency
+    from dvc.repo import Repo
+
+    stages = []
+    with Repo(str(REPO_ROOT)) as repo:
+        for stage in repo.index.stages:
+            deps = [str(Path(d.def_path)) for d in stage.deps
+                    if not isinstance(d, ParamsDependency)]
+            params = {key for d in stage.deps if isinstance(d, ParamsDependency)
+                      for key in d.params}
+            target = stage.cmd.split()[-1]
+            stages.append(Stage(stage.addressing, target, deps, params,
+                                [str(Path(o.def_path)) for o in stage.outs]))
+    return stages
+
+
+def upstream(stage: Stage, stages: list[Stage]) -> list[Stage]:
+    """stage and every stage whose outputs it depends on, transitively."""
+    chain, todo = [], [stage]
+    while todo:
+        current = todo.pop()
+        if current in chain:
+            continue
+        chain.append(current)
+        todo += [s for s in stages if any(_under(d, o) for d in current.deps for o in s.outs)]
+    return chain
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+@dataclass
+class Job:
+    """One job of Snakemake's dry run: its rule, input and output paths and shell command."""
+
+    rule: str
+    inputs: list[str]
+    outputs: list[str]
+    shell: str = ""
+
+
+def dry_run(targets: list[str]) -> list[Job]:
+    """Every job that makes the targets (``--forceall``: the whole chains), from one dry run."""
+    result = subprocess.run(
+        [shutil.which("snakemake") or "snakemake", "-n", "-p", "--forceall", *targets],
+        cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    jobs: list[Job] = []
+    for line in (result.stdout + result.stderr).splitlines():
+        if match := re.match(r"(?:local)?rule (\w+):$", line):
+            jobs.append(Job(match[1], [], []))
+        elif jobs and (match := re.match(r"    (input|output): (.*)$", line)):
+            getattr(jobs[-1], f"{match[1]}s").extend(match[2].split(", "))
+        elif jobs and line.startswith("Shell command: "):
+            jobs[-1].shell = line
+    return jobs
+
+
+def _overlap(a: str, b: str) -> bool:
+    return _under(a, b) or _under(b, a)
+
+
+def chain(target: str, jobs: list[Job]) -> list[Job]:
+    """The jobs that make target (a path or a rule name) and every job they need."""
+    found: list[Job] = []
+    todo = [j for j in jobs if j.rule == target or any(_overlap(target, o) for o in j.outputs)]
+    while todo:
+        job = todo.pop()
+        if job in found:
+            continue
+        found.append(job)
+        todo += [j for j in jobs if any(_overlap(i, o) for i in job.inputs for o in j.outputs)]
+    return found
+
+
+def uncovered(stage: Stage, stages: list[Stage], modules: set[str]) -> list[str]:
+    """Files of modules that no deps entry of the stage or of an upstream stage covers."""
+    covering = [d for s in upstream(stage, stages) for d in s.deps]
+    files = {str(module_file(m).relative_to(REPO_ROOT)) for m in modules}  # type: ignore[union-attr]
+    return sorted(f for f in files if not any(_under(f, d) for d in covering))
+
+
+@pytest.fixture(scope="module")
+def stages() -> list[Stage]:
+    return dvc_stages()
+
+
+@pytest.fixture(scope="module")
+def jobs(stages: list[Stage]) -> list[Job]:
+    return dry_run(sorted({s.target for s in stages}))
+
+
+def problems(stage: Stage, stages: list[Stage], jobs: list[Job]) -> list[str]:
+    """What the stage runs (code) and reads (params) that dvc.yaml does not make it depend
+    on, each with the line to add."""
+    needed = chain(stage.target, jobs)
+    assert needed, f"stage {stage.name}: no Snakemake job makes {stage.target}"
+    text = "\n".join(j.shell + " " + " ".join(j.inputs) for j in needed)
+    modules = set(workflow_modules())
+    for subcommand in sorted(set(SUBCOMMAND.findall(text))):
+        modules |= handler_modules(subcommand)
+    found = [f"stage {stage.name}: runs {path}; add `- {path}` to its deps in dvc.yaml (or to "
+             "a stage upstream of it)" for path in uncovered(stage, stages, modules)]
+    declared = {p for s in upstream(stage, stages) for p in s.params}
+    return found + [f"stage {stage.name}: reads params {section}; add `- {section}` to its "
+                    "params in dvc.yaml" for section in sorted(set(PARAMS_FILE.findall(text)))
+                    if not any(section == p or section.startswith(p + ".") for p in declared)]
+
+
+def test_every_stage_depends_on_the_code_and_params_it_runs(stages: list[Stage],
+                                                             jobs: list[Job]) -> None:
+    found = [problem for stage in stages for problem in problems(stage, stages, jobs)]
+    assert not found, "\n".join(found)
+
+
+def test_a_missing_module_or_params_section_is_named(stages: list[Stage], jobs: list[Job]
+                                                     ) -> None:
+    """The check itself, on a copy of the stages with one code and one params dependency
+    removed."""
+    name = next(s.name for s in stages if s.name.startswith("surrogates"))
+    copy = [Stage(s.name, s.target, [d for d in s.deps if d != "src/hwgptbench/surrogates.py"],
+                  s.params - {"surrogate"}, s.outs) for s in stages]
+    stage = next(s for s in copy if s.name == name)
+    assert problems(stage, copy, jobs) == [
+        f"stage {name}: runs src/hwgptbench/surrogates.py; add `- src/hwgptbench/surrogates.py` "
+        "to its deps in dvc.yaml (or to a stage upstream of it)",
+        f"stage {name}: reads params surrogate; add `- surrogate` to its params in dvc.yaml"]
+
+
+def test_plots_follow_the_configured_scales() -> None:
+    """The top-level plots name their scale through workflow.scales, not a literal one."""
+    plots = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text())["plots"]
+    paths = [path for plot in plots for spec in plot.values() for path in spec["y"]]
+    assert paths and all(p.startswith("results/${workflow.scales[0]}/") for p in paths), paths
