@@ -20,10 +20,11 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import yaml
@@ -31,6 +32,7 @@ import yaml
 from conftest import REPO_ROOT
 from hwgptbench import cli
 
+T = TypeVar("T")
 PACKAGE = "hwgptbench"
 SRC = REPO_ROOT / "src"
 SUBCOMMAND = re.compile(r"\bhwgptbench ([a-z][a-z0-9-]*)")
@@ -177,16 +179,22 @@ def dvc_stages() -> list[Stage]:
     return stages
 
 
+def reachable(start: list[T], needs: Callable[[T], list[T]]) -> list[T]:
+    """start and everything that needs(...) leads to from it, transitively."""
+    found: list[T] = []
+    todo = list(start)
+    while todo:
+        item = todo.pop()
+        if item not in found:
+            found.append(item)
+            todo += needs(item)
+    return found
+
+
 def upstream(stage: Stage, stages: list[Stage]) -> list[Stage]:
     """stage and every stage whose outputs it depends on, transitively."""
-    chain, todo = [], [stage]
-    while todo:
-        current = todo.pop()
-        if current in chain:
-            continue
-        chain.append(current)
-        todo += [s for s in stages if any(_under(d, o) for d in current.deps for o in s.outs)]
-    return chain
+    return reachable([stage], lambda current: [
+        s for s in stages if any(_under(d, o) for d in current.deps for o in s.outs)])
 
 
 def _under(path: str, folder: str) -> bool:
@@ -226,15 +234,9 @@ def _overlap(a: str, b: str) -> bool:
 
 def chain(target: str, jobs: list[Job]) -> list[Job]:
     """The jobs that make target (a path or a rule name) and every job they need."""
-    found: list[Job] = []
-    todo = [j for j in jobs if j.rule == target or any(_overlap(target, o) for o in j.outputs)]
-    while todo:
-        job = todo.pop()
-        if job in found:
-            continue
-        found.append(job)
-        todo += [j for j in jobs if any(_overlap(i, o) for i in job.inputs for o in j.outputs)]
-    return found
+    roots = [j for j in jobs if j.rule == target or any(_overlap(target, o) for o in j.outputs)]
+    return reachable(roots, lambda job: [
+        j for j in jobs if any(_overlap(i, o) for i in job.inputs for o in j.outputs)])
 
 
 def uncovered(stage: Stage, stages: list[Stage], modules: set[str]) -> list[str]:

@@ -337,7 +337,8 @@ def merge_quality(paths: Sequence[str | os.PathLike[str]], scale: str,
     predictions = pl.concat([pl.read_parquet(Path(p).with_name("predictions.parquet"))
                              for p in paths])
     write_table(predictions, Path(out_table).with_name("predictions.parquet"))
-    quality = pl.concat([pl.read_parquet(p) for p in paths]).sort(
+    # diagonal: a table fitted before a column existed (e.g. the versions) merges with nulls
+    quality = pl.concat([pl.read_parquet(p) for p in paths], how="diagonal_relaxed").sort(
         "metric", "device", "condition", "family")
     write_table(quality.with_columns(scale=pl.lit(scale)), out_table)
     metrics: dict[str, Any] = {}
