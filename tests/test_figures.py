@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from pathlib import Path
 
@@ -222,3 +223,23 @@ def test_perplexity_label_names_the_source_of_imported_perplexities() -> None:
     imported = trained.with_columns(
         train_steps=pl.lit(1), source=pl.lit("github.com/automl/HW-GPT-Bench@795cba81"))
     assert perplexity_label(imported) == "perplexity (published by HW-GPT-Bench)"
+
+
+def test_figures_read_tables_only() -> None:
+    """The figures package imports no stage code of measure, runtime, supernet (training,
+    sampling, perplexity) or surrogates: what it knows of a table is in hwgptbench.schema."""
+    stages = ("measure", "measurements", "runtime", "train", "archs", "perplexity",
+              "surrogate", "surrogates")
+    found = []
+    for path in sorted(Path(figures.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                module = ("hwgptbench." if node.level == 2 else "") + node.module
+            elif isinstance(node, ast.Import):
+                module = node.names[0].name
+            else:
+                continue
+            parts = module.split(".")
+            if parts[0] == "hwgptbench" and len(parts) > 1 and parts[1] in stages:
+                found.append(f"{path.name} imports {module}")
+    assert not found, found

@@ -20,7 +20,7 @@ from hwgptbench.hwgpt_import import PublishedDataError
 from hwgptbench.hwgpt_import.fetch import fetch
 from hwgptbench.hwgpt_import.source import FILES, REV, label
 from hwgptbench.hwgpt_import.unpickle import load
-from hwgptbench.perplexity import fully_trained
+from hwgptbench.schema import fully_trained
 from hwgptbench.space import Arch, SearchSpace
 
 # DVC's own deprecation notices, from its in-process import

@@ -16,8 +16,9 @@ import yaml
 from conftest import REPO_ROOT
 from hwgptbench import runtime
 from hwgptbench.measure import Condition, Settings, measure_latency
-from hwgptbench.measure.breakdown import OTHER, profile_breakdown
+from hwgptbench.measure.breakdown import profile_breakdown
 from hwgptbench.measure.workloads import build_workload, cuda_peak_memory, unsupported_reason
+from hwgptbench.schema import OTHER
 from hwgptbench.space import Arch, SearchSpace
 
 pytestmark = [pytest.mark.gpu,

@@ -125,7 +125,7 @@ def cmd_sample(args: argparse.Namespace) -> None:
 def cmd_perplexity(args: argparse.Namespace) -> None:
     """Validation perplexity of the sampled archs with inherited supernet weights, for the
     final supernet and each of its snapshots (the training-step fidelities)."""
-    from . import perplexity, train
+    from . import perplexity, schema, train
 
     config = _load(args, ["perplexity"])["perplexity"]
     device = train.resolve_device(config["device"])
@@ -136,7 +136,7 @@ def cmd_perplexity(args: argparse.Namespace) -> None:
     table = pl.read_parquet(args.archs).select("arch_id", "kind", "params").join(
         scores, on="arch_id", maintain_order="right")
     archs.write_table(table.drop("kind"), args.out)
-    final = perplexity.fully_trained(table)
+    final = schema.fully_trained(table)
     ends = dict(zip(final["kind"], final["perplexity"], strict=True))
     log.info("perplexity after %d steps: smallest %.2f, largest %.2f; "
              "Spearman(params, perplexity) = %.3f over %d archs; snapshots at steps %s",

@@ -50,11 +50,6 @@ def evaluate(model: SuperGPT, archs: Sequence[Arch],
                          "perplexity": [math.exp(v) for v in losses]})
 
 
-def fully_trained(table: pl.DataFrame) -> pl.DataFrame:
-    """The rows of a perplexity table scored by the fully trained supernet (largest
-    ``train_steps``)."""
-    return table.filter(pl.col("train_steps") == pl.col("train_steps").max())
-
 
 def evaluate_supernets(supernets: dict[int, Path], archs: Sequence[Arch],
                        val_shards: list[np.ndarray], section: dict[str, Any],

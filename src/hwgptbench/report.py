@@ -19,7 +19,7 @@ import polars as pl
 
 from .figures import benchmark, runtime, search, surrogate, tables, transfer
 from .io import atomic_path
-from .perplexity import fully_trained
+from .schema import fully_trained
 from .search.summary import read_runs
 
 log = logging.getLogger(__name__)

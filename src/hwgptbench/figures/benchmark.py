@@ -13,7 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from scipy.stats import kendalltau
 
-from ..perplexity import fully_trained
+from ..schema import fully_trained
 from ..search.hypervolume import pareto_mask
 from ..space import Arch
 from .style import (

@@ -9,7 +9,7 @@ import matplotlib
 import numpy as np
 import polars as pl
 
-from ..measure.breakdown import MODULE_CLASSES, OTHER, STAGE_CLASSES
+from ..schema import MODULE_CLASSES, OTHER, STAGE_CLASSES
 from .style import DOUBLE_WIDTH, cycle_colors, grid_shape, new_figure, save, styled
 
 PathLike = str | os.PathLike[str]

@@ -31,13 +31,9 @@ import torch.nn as nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from ..model.gpt import GPT, AttentionCore, ParallelResidual, Residual, TiedLMHead
+from ..schema import MODULE_CLASSES, OTHER, STAGE_CLASSES
 
 STEP = "step"
-OTHER = "other"
-MODULE_CLASSES = ("embedding", "qkv_proj", "attention_core", "out_proj", "mlp_up",
-                  "mlp_activation", "mlp_down", "norm", "residual", "lm_head")
-# ranges the workloads record themselves (hwgptbench.measure.workloads)
-STAGE_CLASSES = ("sampling", "backward", "optimizer")
 # ATen operator name patterns (first match wins) → category
 OPERATOR_CATEGORIES = (
     ("attention", re.compile(r"scaled_dot_product|flash_attention|efficient_attention|"

@@ -1,0 +1,24 @@
+"""Names that result tables share with the code that reads them.
+
+The figures and the report read result tables only; what they need to know about a table's
+values (the breakdown's category names, which perplexity rows are the fully trained
+supernet's) lives here, where the stage that writes the table and its readers both import it,
+so that no reader imports a stage.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+# Categories of the runtime breakdown table (``category`` column of the ``modules`` view)
+OTHER = "other"
+MODULE_CLASSES = ("embedding", "qkv_proj", "attention_core", "out_proj", "mlp_up",
+                  "mlp_activation", "mlp_down", "norm", "residual", "lm_head")
+# ranges the workloads record themselves (hwgptbench.measure.workloads)
+STAGE_CLASSES = ("sampling", "backward", "optimizer")
+
+
+def fully_trained(table: pl.DataFrame) -> pl.DataFrame:
+    """The rows of a perplexity table scored by the fully trained supernet (largest
+    ``train_steps``)."""
+    return table.filter(pl.col("train_steps") == pl.col("train_steps").max())
