@@ -25,18 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import Surrogate
+from . import Surrogate, from_target, to_target
 
 CALIBRATION = "conformal.json"
-
-
-def _to_space(values: np.ndarray, log_space: bool) -> np.ndarray:
-    values = np.asarray(values, dtype=np.float64)
-    return np.log(values) if log_space else values
-
-
-def _from_space(values: np.ndarray, log_space: bool) -> np.ndarray:
-    return np.exp(values) if log_space else values
 
 
 def log_space_for(*arrays: np.ndarray) -> bool:
@@ -47,7 +38,7 @@ def log_space_for(*arrays: np.ndarray) -> bool:
 def conformity_scores(y: np.ndarray, low: np.ndarray, high: np.ndarray, log_space: bool
                       ) -> np.ndarray:
     """How far each y lies outside its interval (negative: inside), in calibration space."""
-    y, low, high = (_to_space(a, log_space) for a in (y, low, high))
+    y, low, high = (to_target(a, log_space) for a in (y, low, high))
     return np.maximum(low - y, y - high)
 
 
@@ -66,8 +57,8 @@ def widen(low: np.ndarray, high: np.ndarray, by: float, log_space: bool,
           point: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Interval ends moved out by ``by`` (calibration space units; negative: in), clipped so
     that they still hold ``point`` where it is given (only a narrowing can cross it)."""
-    low = _from_space(_to_space(low, log_space) - by, log_space)
-    high = _from_space(_to_space(high, log_space) + by, log_space)
+    low = from_target(to_target(low, log_space) - by, log_space)
+    high = from_target(to_target(high, log_space) + by, log_space)
     if point is None:
         return low, high
     return np.minimum(low, point), np.maximum(high, point)
