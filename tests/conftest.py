@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,17 @@ GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "hwgptbench tests", "GIT_AUTHOR_EMAIL": "tests@hwgptbench.invalid",
     "GIT_COMMITTER_NAME": "hwgptbench tests", "GIT_COMMITTER_EMAIL": "tests@hwgptbench.invalid",
 }
+
+
+class Hostile:
+    """An object whose unpickling would create ``marker``: code from a file, run by its reader
+    (the hostile-file tests pickle it into checkpoints and tables)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return open, (str(self.marker), "w")
 
 
 def tool_env() -> dict[str, str]:

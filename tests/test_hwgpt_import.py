@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 import yaml
 
-from conftest import REPO_ROOT, run
+from conftest import REPO_ROOT, Hostile, run
 from hwgptbench.cli import main
 from hwgptbench.hwgpt_import import PublishedDataError
 from hwgptbench.hwgpt_import.fetch import fetch
@@ -212,21 +212,13 @@ def test_unreachable_repository_is_one_clear_error(tmp_path: Path,
     assert capsys.readouterr().err.count("error:") == 1
 
 
-class _Hostile:
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return open, (str(self.marker), "w")
-
-
 def test_hostile_pickle_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     marker = tmp_path / "marker"
     files = tmp_path / "files"
     path = files / "arch_ppl_bench_s/ppl.pkl"
     path.parent.mkdir(parents=True)
     path.write_bytes(pickle.dumps([{"perplexity": 30.0, "accuracy": 0.4,
-                                    "arch": _Hostile(marker)}]))
+                                    "arch": Hostile(marker)}]))
     with pytest.raises(PublishedDataError, match=r"refusing to load .*ppl\.pkl \(revision r1\): "
                                                  r"it asks for the global \w+\.open"):
         load(path, "r1")

@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 import torch
 
+from conftest import Hostile
 from hwgptbench import Benchmark, surrogates, train
 from hwgptbench.compress import finetune
 from hwgptbench.compress.dense import load_dense
@@ -26,19 +27,9 @@ SPACE = SearchSpace.from_dict("tiny", {
     "bias": [True, False], "head_size": 16, "block_size": 32, "rotary_fraction": 0.5})
 
 
-class _Hostile:
-    """Unpickling it would create the marker file: code from the file, run by the reader."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return open, (str(self.marker), "w")
-
-
 def _hostile_file(path: Path, marker: Path, **fields: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({**fields, "model": _Hostile(marker)}, path)
+    torch.save({**fields, "model": Hostile(marker)}, path)
     return path
 
 
@@ -89,7 +80,7 @@ def test_pickled_huggingface_weights_need_the_opt_in(tmp_path: Path, marker: Pat
                                       num_key_value_heads=2)
     checkpoint = tmp_path / "ckpt"
     config.save_pretrained(checkpoint)
-    torch.save({"model.embed_tokens.weight": _Hostile(marker)},
+    torch.save({"model.embed_tokens.weight": Hostile(marker)},
                checkpoint / "pytorch_model.bin")
     with pytest.raises(PickledWeightsError, match=r"no \.safetensors weights \(found "
                        r"pytorch_model\.bin\).*compress\.allow_pickle_weights: true"):
@@ -117,6 +108,6 @@ def test_benchmark_refuses_a_surrogate_holding_code(tmp_path: Path, marker: Path
                              folder / "quality.parquet", scale / "surrogate_quality.json")
     assert Benchmark.load("tiny", tmp_path / "results").query(archs[:2], "perplexity").height == 2
     weights = next((folder / "perplexity" / "mlp_ensemble").glob("*.pt"))
-    torch.save([{"weight": _Hostile(marker)}], weights)
+    torch.save([{"weight": Hostile(marker)}], weights)
     bench = Benchmark.load("tiny", tmp_path / "results")
     _refused(lambda: bench.query(archs[:2], "perplexity"), weights)
