@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from .errors import UserError
 from .measure.condition import CONDITION_KEYS, DEFAULTS, SHAPE_KEYS, Condition
 from .space import Arch, SearchSpace
 from .surrogate import Surrogate
@@ -50,7 +51,7 @@ BEST = "best"  # the family that scored best out of fold, per (metric, device, c
 TARGET_KEYS = ["metric", "device", "condition"]
 
 
-class QueryError(ValueError):
+class QueryError(UserError, ValueError):
     """A query names a device, metric, condition, family or mode the benchmark does not have."""
 
 
@@ -141,10 +142,14 @@ class Benchmark:
                 f"no surrogates under {root / 'surrogates'}; build them with `make run` "
                 "(or `snakemake`), or fetch them with `make pull`")
         index = pl.DataFrame(rows)
-        spaces = index.select("space_name", "space").unique()
+        spaces = index.group_by("space_name", "space", maintain_order=True).agg(
+            pl.col("folder").first())
         if spaces.height != 1:
-            raise QueryError(f"surrogates under {root} disagree on the search space: "
-                             f"{spaces['space_name'].to_list()}")
+            found = "; ".join(f"{name} {space} (e.g. {folder})"
+                              for name, space, folder in spaces.iter_rows())
+            raise QueryError(f"surrogates under {root} were fitted on different search spaces: "
+                             f"{found}. Refit them all on the current space (`make run`), or "
+                             "restore the space they were fitted on")
         fitted = sorted(set(index["family"]) - {ADAPTED})
         if fitted:  # adapted surrogates fill in under any family
             _choose("surrogate family", family, [BEST, *fitted])

@@ -20,6 +20,7 @@ import polars as pl
 
 from . import __version__, archs, data, io, params
 from .compress import commands as compress_commands
+from .errors import UserError
 from .hwgpt_import import commands as hwgpt_import_commands
 from .space import SearchSpace
 
@@ -27,25 +28,6 @@ if TYPE_CHECKING:
     from .search import Problem
 
 log = logging.getLogger("hwgptbench")
-
-# exceptions that mean bad input (exit 2, the message without a traceback), by module
-_USER_ERRORS = {"hwgptbench.params": "ParamsError", "hwgptbench.data": "CorpusUnavailableError",
-                "builtins": "FileNotFoundError", "hwgptbench.sync": "StaleResultsError",
-                "hwgptbench.measure.device": "DeviceMismatchError",
-                "hwgptbench.measurements": "MeasurementError", "hwgptbench.api": "QueryError",
-                "hwgptbench.space": "InvalidArchError",
-                "hwgptbench.transfer.targets": "TransferError",
-                "hwgptbench.hwgpt_import": "PublishedDataError",
-                "hwgptbench.measure.plan": "MemoryPlanError",
-                "hwgptbench.locks": "LockHeldError",
-                "hwgptbench.io": "TorchFileError"}
-
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    """The user-error types among the loaded modules (a module not loaded raised none)."""
-    return tuple(getattr(sys.modules[module], name) for module, name in _USER_ERRORS.items()
-                 if module in sys.modules)
-
 
 def _one_of(module: str, registry: str) -> Callable[[str], str]:
     """An argparse type accepting a key of ``module.registry``, imported only when the option
@@ -664,9 +646,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hwgptbench {args.command}: error: {' '.join(exc.cmd)} exited with "
               f"{exc.returncode}", file=sys.stderr)
         return 1
-    except Exception as exc:
-        if not isinstance(exc, _user_errors()):
-            raise
+    except (UserError, FileNotFoundError) as exc:
         print(f"hwgptbench {args.command}: error: {exc}", file=sys.stderr)
         return 2
     return 0

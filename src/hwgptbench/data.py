@@ -21,6 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from . import __version__
+from .errors import UserError
 from .io import atomic_dir, canonical_json, sha256_file
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ FORMAT = "hwgptbench-tokens/1"
 _ENCODE_BATCH = 64
 
 
-class CorpusUnavailableError(RuntimeError):
+class CorpusUnavailableError(UserError, RuntimeError):
     """The configured corpus cannot be read (offline, missing files, bad column)."""
 
 

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .errors import UserError
+
 _TMP_MARK = ".tmp-"
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -137,7 +139,7 @@ def save_torch(obj: Any, path: str | os.PathLike[str]) -> None:
         torch.save(obj, tmp)
 
 
-class TorchFileError(ValueError):
+class TorchFileError(UserError, ValueError):
     """A torch file that cannot be read: truncated, corrupt, or holding more than data."""
 
 

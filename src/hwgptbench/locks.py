@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import UserError
 from .io import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -23,7 +24,7 @@ DVC_RWLOCK = Path(".dvc/tmp/rwlock")
 TOOLS = ("snakemake", "dvc")
 
 
-class LockHeldError(RuntimeError):
+class LockHeldError(UserError, RuntimeError):
     """A workflow tool is still running in the project: its locks are not stale."""
 
 

@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from . import __version__
 from .archs import write_table
+from .errors import UserError
 from .io import atomic_write_json, canonical_json
 from .measure import (
     Condition,
@@ -57,7 +58,7 @@ from .versions import library_versions
 
 log = logging.getLogger(__name__)
 
-class MeasurementError(ValueError):
+class MeasurementError(UserError, ValueError):
     """Bad measurement request or inconsistent tables; the message says which."""
 
 

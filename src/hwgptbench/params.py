@@ -17,12 +17,13 @@ from typing import Any
 import jsonschema
 import yaml
 
+from .errors import UserError
 from .io import atomic_write_json, canonical_json
 
 SCHEMA_RESOURCE = "schemas/params.schema.yaml"
 
 
-class ParamsError(ValueError):
+class ParamsError(UserError, ValueError):
     """params.yaml is missing, unreadable or does not match the schema."""
 
 

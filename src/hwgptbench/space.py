@@ -20,10 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from .errors import UserError
+
 Ratio = int | float
 
 
-class InvalidArchError(ValueError):
+class InvalidArchError(UserError, ValueError):
     """An arch is malformed or not in a search space; the message names the field."""
 
 

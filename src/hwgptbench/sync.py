@@ -24,6 +24,7 @@ from typing import Any
 import polars as pl
 import yaml
 
+from .errors import UserError
 from .io import atomic_path
 from .measurements import MeasurementError
 
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 OLDEST = 1
 
 
-class StaleResultsError(RuntimeError):
+class StaleResultsError(UserError, RuntimeError):
     """Pulled results do not match the current params or code."""
 
 

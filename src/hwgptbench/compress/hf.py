@@ -57,6 +57,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..errors import UserError
 from ..model import GPT, GPTConfig
 from ..space import Arch
 
@@ -237,7 +238,7 @@ def _dtype_kwarg(transformers: Any) -> str:
     return "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
 
 
-class PickledWeightsError(ValueError):
+class PickledWeightsError(UserError, ValueError):
     """A checkpoint holds its weights only as pickles, which loading would execute."""
 
 

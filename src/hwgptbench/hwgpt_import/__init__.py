@@ -6,6 +6,8 @@ a pickle reader that refuses every global, ``fetch.py`` the ``dvc import`` of th
 ``hwgptbench fetch-hwgptbench`` and ``hwgptbench import-perplexity`` subcommands.
 """
 
+from ..errors import UserError
 
-class PublishedDataError(RuntimeError):
+
+class PublishedDataError(UserError, RuntimeError):
     """HW-GPT-Bench's files could not be fetched, or are not what the import reads."""

@@ -21,6 +21,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..errors import UserError
+
 log = logging.getLogger(__name__)
 
 GB = 2**30
@@ -30,7 +32,7 @@ _SLUG = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _NAME_NOISE = re.compile(r"\((?:r|tm|c)\)|@.*$|\b\d+-core\b|\bprocessor\b|\bcpu\b")
 
 
-class DeviceMismatchError(ValueError):
+class DeviceMismatchError(UserError, ValueError):
     """A configured device label does not name the hardware the measurement runs on."""
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, NamedTuple
 
+from ..errors import UserError
 from ..space import Arch, SearchSpace
 from .budget import DEFAULT_FRACTION, GB, GroupPlan, activation_bytes, plan_groups, weight_bytes
 from .condition import Condition
@@ -24,7 +25,7 @@ COLUMNS = ("scale", "device", "memory_gb", "budget_gb", "archs/shard", "group si
            "planned peak GB", "largest arch GB", "worst condition")
 
 
-class MemoryPlanError(ValueError):
+class MemoryPlanError(UserError, ValueError):
     """A device cannot hold the largest arch of a scale at the largest condition."""
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..errors import UserError
 from ..io import atomic_dir, canonical_json
 from ..space import SearchSpace
 from . import Surrogate
@@ -37,7 +38,7 @@ FAMILIES = {
 }
 
 
-class SurrogateMismatchError(ValueError):
+class SurrogateMismatchError(UserError, ValueError):
     """A stored surrogate was fitted on a different search space than the one expected."""
 
 

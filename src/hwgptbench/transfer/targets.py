@@ -18,13 +18,14 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from ..errors import UserError
 from ..measure.condition import CONDITION_KEYS, Condition
 from ..surrogates import with_condition_columns
 
 TARGET_KEYS = ("metric", "device", *CONDITION_KEYS)
 
 
-class TransferError(ValueError):
+class TransferError(UserError, ValueError):
     """A transfer request that the data cannot serve; the message says what is missing."""
 
 
