@@ -38,8 +38,9 @@ SRC = REPO_ROOT / "src"
 SUBCOMMAND = re.compile(r"\bhwgptbench ([a-z][a-z0-9-]*)")
 # modules whose functions import lazily what only some callers use: the package (its
 # `Benchmark` attribute) and the registries of subcommands (each handler imports its stage)
-REGISTRIES = {PACKAGE, f"{PACKAGE}.cli", f"{PACKAGE}.compress.commands",
-              f"{PACKAGE}.hwgpt_import.commands"}
+# (every stage package's `commands.py`)
+REGISTRIES = {PACKAGE, f"{PACKAGE}.cli", *(
+    f"{PACKAGE}.{path.parent.name}.commands" for path in SRC.glob(f"{PACKAGE}/*/commands.py"))}
 PARAMS_FILE = re.compile(r"results/\.params/([A-Za-z0-9_.]+)\.json")
 
 

@@ -20,6 +20,7 @@ import polars as pl
 
 from . import __version__, archs, data, io, params
 from .compress import commands as compress_commands
+from .data import commands as data_commands
 from .errors import UserError
 from .hwgpt_import import commands as hwgpt_import_commands
 from .space import SearchSpace
@@ -65,15 +66,6 @@ def cmd_validate(args: argparse.Namespace) -> None:
     for path in args.params or ["params.yaml"]:
         params.load(path)
         print(f"{path}: valid")
-
-
-def cmd_data(args: argparse.Namespace) -> None:
-    """Tokenize the corpus into token shards."""
-    config = _load(args, ["data"])["data"]
-    out = args.out or f"results/data/{config['name']}"
-    manifest = data.build(config, out)
-    log.info("wrote %s: %d train / %d val tokens", out, manifest["splits"]["train"]["tokens"],
-             manifest["splits"]["val"]["tokens"])
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -491,8 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
         return command
 
     add("validate", cmd_validate)
-    command = add("data", cmd_data)
-    command.add_argument("--out", help="output folder (default: results/data/{data.name})")
+    data_commands.register(add)
     command = add("train", cmd_train)
     _scale_and_data(command)
     command.add_argument("--out", help="output folder (default: results/{scale}/supernet)")

@@ -1,4 +1,4 @@
-"""The data stage: corpus loading, tokenizer training and token shards.
+"""Token shards: the data stage's build and the reader of its output.
 
 A corpus is a sequence of documents. Documents are split into train and validation sets by a
 seeded permutation; a byte-level BPE tokenizer is trained on the training documents (or an
@@ -12,165 +12,24 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
-from . import __version__
-from .errors import UserError
-from .io import atomic_dir, canonical_json, sha256_file
+from .. import __version__
+from ..io import atomic_dir, canonical_json, sha256_file
+from .corpus import Corpus, open_corpus, split_documents
+from .tokenizer import EOT_TOKEN, TOKENIZER_FILE, load_tokenizer_file, train_bpe
 
 log = logging.getLogger(__name__)
 
-EOT_TOKEN = "<|endoftext|>"
 MANIFEST = "manifest.json"
-TOKENIZER_FILE = "tokenizer.json"
 FORMAT = "hwgptbench-tokens/1"
 _ENCODE_BATCH = 64
-
-
-class CorpusUnavailableError(UserError, RuntimeError):
-    """The configured corpus cannot be read (offline, missing files, bad column)."""
-
-
-class Corpus(Protocol):
-    """An indexable collection of text documents."""
-
-    def __len__(self) -> int: ...
-
-    def texts(self, indices: Sequence[int]) -> Iterator[str]:
-        """Yield the documents at ``indices`` (ascending) in that order."""
-        ...
-
-    def fingerprint(self) -> dict[str, Any]:
-        """What identifies this exact corpus content, for the manifest."""
-        ...
-
-
-@dataclass(frozen=True)
-class TextFileCorpus:
-    """A folder of UTF-8 text files, one document per file, in sorted path order."""
-
-    files: tuple[Path, ...]
-
-    @classmethod
-    def from_folder(cls, path: str | os.PathLike[str], pattern: str) -> TextFileCorpus:
-        folder = Path(path)
-        files = tuple(sorted(p for p in folder.glob(pattern) if p.is_file()))
-        if not files:
-            raise CorpusUnavailableError(
-                f"data.corpus.path: no files matching '{pattern}' in '{folder}'. Point "
-                "data.corpus.path at a folder of .txt files (the embedded corpus is "
-                "data/corpora/shakespeare, relative to the repository root).")
-        return cls(files)
-
-    def __len__(self) -> int:
-        return len(self.files)
-
-    def texts(self, indices: Sequence[int]) -> Iterator[str]:
-        for i in indices:
-            yield self.files[i].read_text(encoding="utf-8")
-
-    def fingerprint(self) -> dict[str, Any]:
-        return {"files": [{"name": f.name, "sha256": sha256_file(f)} for f in self.files]}
-
-
-class HuggingFaceCorpus:
-    """A text column of a Hugging Face `datasets` dataset (memory-mapped Arrow table)."""
-
-    def __init__(self, dataset: Any, text_field: str, spec: dict[str, Any]):
-        if text_field not in dataset.column_names:
-            raise CorpusUnavailableError(
-                f"data.corpus.text_field: column '{text_field}' not in dataset "
-                f"'{spec['dataset']}'; its columns are {dataset.column_names}.")
-        self.dataset = dataset
-        self.text_field = text_field
-        self.spec = spec
-
-    @classmethod
-    def load(cls, spec: dict[str, Any]) -> HuggingFaceCorpus:
-        """Load the dataset named in ``spec`` (the ``data.corpus`` params)."""
-        try:
-            import datasets
-
-            dataset = datasets.load_dataset(spec["dataset"], spec.get("config"),
-                                            split=spec["split"], revision=spec.get("revision"))
-        except Exception as exc:  # offline, unknown id, bad split: all end the same way
-            raise CorpusUnavailableError(
-                f"data.corpus: could not load Hugging Face dataset '{spec['dataset']}' "
-                f"(split '{spec['split']}'): {type(exc).__name__}: {exc}\n"
-                "If this machine is offline, download the dataset into the Hugging Face cache "
-                "on a connected machine first, or use the embedded corpus by setting in "
-                "params.yaml:\n  data:\n    corpus: {source: text_files, "
-                "path: data/corpora/shakespeare, pattern: '*.txt'}") from exc
-        if spec.get("max_documents"):
-            dataset = dataset.select(range(min(len(dataset), spec["max_documents"])))
-        return cls(dataset, spec["text_field"], spec)
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def texts(self, indices: Sequence[int]) -> Iterator[str]:
-        subset = self.dataset.select(indices)
-        for batch in subset.iter(batch_size=1000):
-            yield from batch[self.text_field]
-
-    def fingerprint(self) -> dict[str, Any]:
-        return {"dataset_fingerprint": self.dataset._fingerprint}
-
-
-def open_corpus(spec: dict[str, Any]) -> Corpus:
-    """The corpus described by the ``data.corpus`` params section."""
-    if spec["source"] == "text_files":
-        return TextFileCorpus.from_folder(spec["path"], spec["pattern"])
-    return HuggingFaceCorpus.load(spec)
-
-
-def split_documents(n_documents: int, val_fraction: float, seed: int) -> dict[str, list[int]]:
-    """Seeded split of document indices into train and val (each ascending, both non-empty)."""
-    if n_documents < 2:
-        raise CorpusUnavailableError(
-            f"data.corpus: {n_documents} document(s); at least 2 are needed for a "
-            "train/validation split.")
-    n_val = min(n_documents - 1, max(1, round(n_documents * val_fraction)))
-    permutation = np.random.default_rng(seed).permutation(n_documents)
-    val = sorted(int(i) for i in permutation[:n_val])
-    train = sorted(int(i) for i in permutation[n_val:])
-    return {"train": train, "val": val}
-
-
-def train_bpe(texts: Iterator[str], n_texts: int, vocab_size: int, min_frequency: int) -> Any:
-    """Train a byte-level BPE tokenizer (GPT-2 style pre-tokenisation) on ``texts``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=[EOT_TOKEN],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tokenizer.train_from_iterator(texts, trainer=trainer, length=n_texts)
-    return tokenizer
-
-
-def load_tokenizer_file(path: str | os.PathLike[str]) -> Any:
-    """Load a `tokenizers` JSON file (e.g. GPT-2's tokenizer.json); it must define EOT."""
-    from tokenizers import Tokenizer
-
-    try:
-        tokenizer = Tokenizer.from_file(str(path))
-    except Exception as exc:
-        raise CorpusUnavailableError(
-            f"data.tokenizer.file: cannot load '{path}' as a tokenizers JSON file: {exc}") from exc
-    if tokenizer.token_to_id(EOT_TOKEN) is None:
-        raise CorpusUnavailableError(
-            f"data.tokenizer.file: '{path}' has no '{EOT_TOKEN}' token; the shards separate "
-            "documents with it. Use a tokenizer that defines it (GPT-2's does).")
-    return tokenizer
 
 
 def token_dtype(vocab_size: int) -> np.dtype:

@@ -1,0 +1,27 @@
+"""The data stage's subcommand: ``hwgptbench data``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from ..options import Add, load
+
+log = logging.getLogger("hwgptbench")
+
+
+def cmd_data(args: argparse.Namespace) -> None:
+    """Tokenize the corpus into token shards."""
+    from .shards import build
+
+    config = load(args, ["data"])["data"]
+    out = args.out or f"results/data/{config['name']}"
+    manifest = build(config, out)
+    log.info("wrote %s: %d train / %d val tokens", out, manifest["splits"]["train"]["tokens"],
+             manifest["splits"]["val"]["tokens"])
+
+
+def register(add: Add) -> None:
+    """Add the subcommands through the CLI's ``add``."""
+    command = add("data", cmd_data)
+    command.add_argument("--out", help="output folder (default: results/data/{data.name})")

@@ -1,0 +1,91 @@
+"""What the subcommands of every stage share: the params they read, the search space and
+vocabulary they build archs for, and their common options.
+
+Each stage package registers its subcommands in its ``commands.py`` through
+``register(add)``; ``add`` (from :mod:`hwgptbench.cli`) creates a subcommand from its handler
+and gives it ``--params`` unless told not to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+
+from . import params
+from .space import SearchSpace
+
+# add(name, handler, params=True) -> the subcommand's parser
+Add = Callable[..., argparse.ArgumentParser]
+
+
+def params_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--params", action="append",
+                        help="params file: params.yaml, or section files written by the "
+                             "workflow under results/.params/ (repeat to merge several); "
+                             "default: params.yaml")
+
+
+def load(args: argparse.Namespace, sections: list[str]) -> dict:
+    """The validated params sections a command reads."""
+    return params.merge_files(args.params or ["params.yaml"], sections)
+
+
+def space_of(config: dict, scale: str) -> SearchSpace:
+    """The search space of ``scale`` in the params' ``spaces`` section."""
+    if scale not in config["spaces"]:
+        raise params.ParamsError(f"unknown scale '{scale}'; the params define the spaces "
+                                 f"{', '.join(config['spaces'])}")
+    return SearchSpace.from_dict(scale, config["spaces"][scale])
+
+
+def vocab_size(args: argparse.Namespace) -> int:
+    """--vocab-size, else that of --data (default: the data stage's folder of the params)."""
+    if args.vocab_size:
+        return int(args.vocab_size)
+    from .data import TokenShards
+
+    folder = args.data or f"results/data/{load(args, ['data'])['data']['name']}"
+    return TokenShards.open(folder).manifest["tokenizer"]["vocab_size"]
+
+
+def one_of(module: str, registry: str) -> Callable[[str], str]:
+    """An argparse type accepting a key of ``module.registry``, imported only when the option
+    is given."""
+    def check(name: str) -> str:
+        choices = getattr(importlib.import_module(module), registry)
+        if name not in choices:
+            raise argparse.ArgumentTypeError(f"{name!r} is not one of "
+                                             f"{', '.join(sorted(choices))}")
+        return name
+    return check
+
+
+def scale_arg(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--scale", default="tiny", help="search space (default: %(default)s)")
+
+
+def scale_and_data(command: argparse.ArgumentParser) -> None:
+    scale_arg(command)
+    command.add_argument("--data", required=True, help="data-stage output folder")
+
+
+def scale_and_vocab(command: argparse.ArgumentParser) -> None:
+    scale_arg(command)
+    vocab_source(command)
+
+
+def vocab_source(command: argparse.ArgumentParser) -> None:
+    """--data or --vocab-size: where a command that builds archs takes the vocabulary size."""
+    source = command.add_mutually_exclusive_group()
+    source.add_argument("--data", help="data-stage folder, for the vocabulary size "
+                                       "(default: results/data/{data.name})")
+    source.add_argument("--vocab-size", type=int,
+                        help="the vocabulary size instead of --data (perplexity.source "
+                             "hwgptbench has no data stage: perplexity.hwgptbench.vocab_size)")
+
+
+def scale_and_results(command: argparse.ArgumentParser) -> None:
+    scale_arg(command)
+    command.add_argument("--results", default="results", help="results folder (default: "
+                                                              "%(default)s)")
