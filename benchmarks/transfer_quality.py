@@ -28,7 +28,7 @@ import time
 import polars as pl
 
 from hwgptbench import data, params
-from hwgptbench.archs import write_table
+from hwgptbench.io import write_parquet
 from hwgptbench.measure.condition import CONDITION_KEYS
 from hwgptbench.space import SearchSpace
 from hwgptbench.surrogates import with_condition_columns
@@ -68,7 +68,7 @@ def main() -> None:
     quality = evaluate(table, space, vocab_size, section)
     seconds = time.perf_counter() - start
     if args.out:
-        write_table(quality, args.out)
+        write_parquet(quality, args.out)
     targets = quality.filter(pl.col("method") == "full_surrogate").select(
         "metric", "device", "condition").unique()
     print(f"{targets.height} targets ({', '.join(sorted(set(targets['device'])))}); "

@@ -20,7 +20,7 @@ from hwgptbench.compress.tasks import build_cloze
 from hwgptbench.data import TokenShards
 from hwgptbench.perplexity import validation_batches
 from hwgptbench.space import SearchSpace
-from hwgptbench.train import TrainConfig, load_supernet
+from hwgptbench.supernet.train import TrainConfig, load_supernet
 
 SECTION = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["compress"]
 SPACE = SECTION["space"] | {"embed_dim": [32], "n_layer": [1, 2], "n_head": [2, 4],

@@ -19,7 +19,7 @@ from hwgptbench.compress.table import compression_table
 from hwgptbench.data import TokenShards
 from hwgptbench.perplexity import validation_batches
 from hwgptbench.space import Arch, SearchSpace
-from hwgptbench.train import LOSS_TABLE, load_supernet
+from hwgptbench.supernet.train import LOSS_TABLE, load_supernet
 from test_compress import IMPORTANCE, SPACE, TIMING, training
 
 pytestmark = [pytest.mark.gpu,

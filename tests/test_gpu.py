@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from hwgptbench import perplexity, train
+from hwgptbench import perplexity
 from hwgptbench.data import TokenShards
+from hwgptbench.supernet import train
 from test_train import CONFIG, SMALL_SPACE
 
 pytestmark = [pytest.mark.gpu,

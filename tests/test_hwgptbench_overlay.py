@@ -11,9 +11,10 @@ import pytest
 import yaml
 
 from conftest import REPO_ROOT, make_project, run
-from hwgptbench import archs, params
+from hwgptbench import params
 from hwgptbench.hwgpt_import.source import FILES
 from hwgptbench.space import Arch, SearchSpace
+from hwgptbench.supernet import archs
 from test_hwgpt_import import _commit, _row
 from test_paper_scale import job_counts
 

@@ -9,10 +9,11 @@ import polars as pl
 import torch
 
 from conftest import REPO_ROOT, run
-from hwgptbench import archs, perplexity, train
+from hwgptbench import perplexity
 from hwgptbench.data import TokenShards
 from hwgptbench.model import SuperGPT
-from hwgptbench.space import SearchSpace
+from hwgptbench.space import SearchSpace, read_archs_from
+from hwgptbench.supernet import archs, train
 
 SPACE = SearchSpace.from_dict("small", {
     "embed_dim": [32, 48], "n_layer": [1, 2], "n_head": [2, 3], "mlp_ratio": [2, 4],
@@ -27,7 +28,7 @@ def test_sample_table_has_ends_and_distinct_sampled_archs() -> None:
     assert table.equals(archs.sample_table(SPACE, 20, seed=3, vocab_size=100))
     ids = archs.sample_table(SPACE, 20, seed=4, vocab_size=100)["arch_id"].to_list()
     assert ids != table["arch_id"].to_list()
-    for arch, count in zip(archs.read_archs_from(table), table["params"], strict=True):
+    for arch, count in zip(read_archs_from(table), table["params"], strict=True):
         assert SPACE.n_params(arch, 100) == count
 
 
@@ -82,7 +83,7 @@ def test_cli_sample_and_perplexity(shakespeare: Path, tmp_path: Path) -> None:
         model, space = train.load_supernet(tmp_path / path)
         batches = perplexity.validation_batches(TokenShards.open(shakespeare).split("val"),
                                                 space.block_size, 1, 2, doc["perplexity"]["seed"])
-        expected = perplexity.evaluate(model, archs.read_archs_from(rows), batches,
+        expected = perplexity.evaluate(model, read_archs_from(rows), batches,
                                        torch.device("cpu"))
         losses[steps] = rows["val_loss"].to_list()
         assert losses[steps] == expected["val_loss"].to_list()

@@ -13,4 +13,8 @@ def __getattr__(name: str):  # keep `import hwgptbench` light: the API loads on 
         from .api import Benchmark
 
         return Benchmark
+    if name == "load_supernet":
+        from .supernet.train import load_supernet
+
+        return load_supernet
     raise AttributeError(f"module 'hwgptbench' has no attribute {name!r}")

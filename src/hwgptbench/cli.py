@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from . import __version__, archs, data, io, params
+from . import __version__, data, io, params
 from .compress import commands as compress_commands
 from .data import commands as data_commands
 from .errors import UserError
 from .hwgpt_import import commands as hwgpt_import_commands
-from .space import SearchSpace
+from .space import SearchSpace, read_archs
+from .supernet import commands as supernet_commands
 
 if TYPE_CHECKING:
     from .search import Problem
@@ -68,48 +69,21 @@ def cmd_validate(args: argparse.Namespace) -> None:
         print(f"{path}: valid")
 
 
-def cmd_train(args: argparse.Namespace) -> None:
-    """Train the weight-sharing supernet of one scale (sandwich rule; resumes)."""
-    from . import train
-
-    config = _load(args, ["supernet", "spaces"])
-    space = _space(config, args.scale)
-    shards = data.TokenShards.open(args.data, verify=True)
-    out = Path(args.out or f"results/{args.scale}/supernet")
-    work = Path(args.work_dir or f"results/{args.scale}/.train")
-    train.train(train.TrainConfig.from_params(config["supernet"]), space, shards, out, work)
-
-
-def cmd_sample(args: argparse.Namespace) -> None:
-    """Sample the architectures that later stages evaluate and measure."""
-    config = _load(args, ["sample", "spaces"])
-    space, section, vocab_size = _space(config, args.scale), config["sample"], _vocab_size(args)
-    if args.from_table:
-        candidates = pl.read_parquet(args.from_table, columns=["arch_id"])["arch_id"]
-        table = archs.sample_from(space, candidates.to_list(), section["n_archs"],
-                                  section["seed"], vocab_size)
-        pool = f"{candidates.n_unique()} archs of {args.from_table}"
-    else:
-        table = archs.sample_table(space, section["n_archs"], section["seed"], vocab_size)
-        pool = f"{space.size()} archs of the {args.scale} space"
-    archs.write_table(table, args.out or f"results/{args.scale}/archs.parquet")
-    log.info("sampled %d archs of the %s space (from %s)", len(table), args.scale, pool)
-
-
 def cmd_perplexity(args: argparse.Namespace) -> None:
     """Validation perplexity of the sampled archs with inherited supernet weights, for the
     final supernet and each of its snapshots (the training-step fidelities)."""
-    from . import perplexity, schema, train
+    from . import perplexity, schema
+    from .supernet import train
 
     config = _load(args, ["perplexity"])["perplexity"]
     device = train.resolve_device(config["device"])
     supernets = train.supernet_files(args.supernet)
     shards = data.TokenShards.open(args.data)
-    scores = perplexity.evaluate_supernets(supernets, archs.read_archs(args.archs),
+    scores = perplexity.evaluate_supernets(supernets, read_archs(args.archs),
                                            shards.split("val"), config, device)
     table = pl.read_parquet(args.archs).select("arch_id", "kind", "params").join(
         scores, on="arch_id", maintain_order="right")
-    archs.write_table(table.drop("kind"), args.out)
+    io.write_parquet(table.drop("kind"), args.out)
     final = schema.fully_trained(table)
     ends = dict(zip(final["kind"], final["perplexity"], strict=True))
     log.info("perplexity after %d steps: smallest %.2f, largest %.2f; "
@@ -132,7 +106,7 @@ def cmd_measure(args: argparse.Namespace) -> None:
     index, count = measurements.parse_shard(args.shard)
     out = args.out or f"results/{args.scale}/.measure/{label}/shard-{index}-of-{count}.parquet"
     archs_path = args.archs or f"results/{args.scale}/archs.parquet"
-    table = measurements.measure_shard(section, space, archs.read_archs(archs_path), vocab_size,
+    table = measurements.measure_shard(section, space, read_archs(archs_path), vocab_size,
                                        label, (index, count), out)
     log.info("wrote %s: %d rows on %s", out, table.height, label)
 
@@ -167,7 +141,7 @@ def cmd_runtime(args: argparse.Namespace) -> None:
     label = measurements.device_label({**measure, "device": args.device or measure["device"]},
                                       measure["threads"])
     table, breakdown = runtime.measure_runtime(
-        config["runtime"], measure["threads"], space, archs.read_archs(args.archs), vocab_size,
+        config["runtime"], measure["threads"], space, read_archs(args.archs), vocab_size,
         label, measure["aliases"])
     runtime.write_runtime(table, breakdown, args.out, args.breakdown_out)
     log.info("wrote %s (%d rows) and %s (%d rows) on %s", args.out, table.height,
@@ -272,8 +246,8 @@ def cmd_transfer(args: argparse.Namespace) -> None:
     quality = transfer.evaluate(pl.concat(tables, how="diagonal_relaxed"),
                                 _space(config, args.scale), _vocab_size(args), section)
     summary = transfer.summarize(quality, [section["report_k"]])
-    archs.write_table(quality, args.out)
-    archs.write_table(summary, args.summary_out)
+    io.write_parquet(quality, args.out)
+    io.write_parquet(summary, args.summary_out)
     log.info("wrote %s: %d rows, and %s", args.out, quality.height, args.summary_out)
     for metric, hold_out, reason in quality.filter(
             pl.col("status") == "skipped", pl.col("method").is_null()).select(
@@ -306,7 +280,7 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     else:
         measure = config["measure"]
         device = measurements.device_label({**measure, "device": device}, measure["threads"])
-        candidates = archs.read_archs(args.archs or root / "archs.parquet")
+        candidates = read_archs(args.archs or root / "archs.parquet")
         target = measure_for_adaptation(measure, space, candidates, vocab_size, device, k,
                                         selection, section["seed"])
     written = adapt_device(section, space, vocab_size, sources, target, device, k,
@@ -341,7 +315,7 @@ def cmd_query(args: argparse.Namespace) -> None:
         if out.suffix == ".csv":
             table.write_csv(out)
         else:
-            archs.write_table(table, out)
+            io.write_parquet(table, out)
         log.info("wrote %s: %d rows", out, table.height)
     else:
         with pl.Config(tbl_rows=len(table), fmt_str_lengths=60, tbl_width_chars=160):
@@ -400,9 +374,9 @@ def cmd_search_summary(args: argparse.Namespace) -> None:
     final = summary.final_runs(runs)
     table = summary.summarize(final)
     out = Path(args.out_dir)
-    archs.write_table(final, out / "final.parquet")
-    archs.write_table(table, out / "summary.parquet")
-    archs.write_table(summary.attainment(runs, config["objective_sets"]),
+    io.write_parquet(final, out / "final.parquet")
+    io.write_parquet(table, out / "summary.parquet")
+    io.write_parquet(summary.attainment(runs, config["objective_sets"]),
                       out / "attainment.parquet")
     io.atomic_write_json(args.metrics_out, summary.metrics_document(table))
     with pl.Config(tbl_rows=100, tbl_width_chars=160):
@@ -484,16 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add("validate", cmd_validate)
     data_commands.register(add)
-    command = add("train", cmd_train)
-    _scale_and_data(command)
-    command.add_argument("--out", help="output folder (default: results/{scale}/supernet)")
-    command.add_argument("--work-dir", help="resumable checkpoints (default: "
-                                            "results/{scale}/.train)")
-    command = add("sample", cmd_sample)
-    _scale_and_vocab(command)
-    command.add_argument("--from-table", help="sample among the archs of this table (e.g. "
-                                              "imported perplexities) instead of the space")
-    command.add_argument("--out", help="archs table (default: results/{scale}/archs.parquet)")
+    supernet_commands.register(add)
     command = add("perplexity", cmd_perplexity)
     _scale_and_data(command)
     command.add_argument("--supernet", required=True,

@@ -15,9 +15,12 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import UserError
+
+if TYPE_CHECKING:
+    import polars as pl
 
 _TMP_MARK = ".tmp-"
 _UMASK = os.umask(0)
@@ -120,6 +123,12 @@ def remove_stale_staging(dest: str | os.PathLike[str]) -> None:
             shutil.rmtree(leftover, ignore_errors=True)
         else:
             leftover.unlink(missing_ok=True)
+
+
+def write_parquet(table: pl.DataFrame, path: str | os.PathLike[str]) -> None:
+    """Write a polars table as parquet, atomically (every result table is written so)."""
+    with atomic_path(path) as tmp:
+        table.write_parquet(tmp)
 
 
 def sha256_file(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> str:

@@ -27,9 +27,8 @@ import torch
 from tqdm import tqdm
 
 from . import __version__
-from .archs import write_table
 from .errors import UserError
-from .io import atomic_write_json, canonical_json
+from .io import atomic_write_json, canonical_json, write_parquet
 from .measure import (
     Condition,
     EnergyMeter,
@@ -152,7 +151,7 @@ class ShardParts:
 
     def write(self, condition: Condition, group: int, rows: list[dict[str, Any]]) -> None:
         """Store one group's rows (atomically)."""
-        write_table(_frame(rows), self.part(condition, group))
+        write_parquet(_frame(rows), self.part(condition, group))
 
     def rows(self, condition: Condition, group: int) -> list[dict[str, Any]] | None:
         """One group's stored rows, or None when it was not measured yet."""
@@ -328,7 +327,7 @@ def measure_shard(section: dict[str, Any], space: SearchSpace, archs: Sequence[A
     rows = measure_rows(section, space, chosen, vocab_size, label,
                         desc=f"measure shard {shard[0]}/{shard[1]}", parts=parts)
     table = _frame(rows)
-    write_table(table, out)
+    write_parquet(table, out)
     parts.remove()
     return table
 
@@ -348,7 +347,7 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
         raise MeasurementError(f"shards of several devices: {sorted(table['device'].unique())}")
     _check_unique(table, "device table")
     table = table.sort(KEY)
-    write_table(table, out)
+    write_parquet(table, out)
     return table
 
 
@@ -362,7 +361,7 @@ def merge_devices(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLik
         raise MeasurementError(f"one label names different hardware: {clashes.to_dicts()}")
     _check_unique(table, "cross-device table")
     table = table.sort(KEY)
-    write_table(table, out)
+    write_parquet(table, out)
     log.info("merged %d rows from %d device(s): %s", table.height, table["device"].n_unique(),
              ", ".join(sorted(table["device"].unique())))
     return table

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from .model import SuperGPT
 from .space import Arch
-from .train import WindowSampler, load_supernet, step_rng
+from .supernet.train import WindowSampler, load_supernet, step_rng
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
-from .archs import write_table
+from .io import write_parquet
 from .measure import Settings, default_device, fingerprint, forward_flops, resolve_label
 from .measure.breakdown import profile_breakdown
 from .measure.condition import Condition
@@ -275,8 +275,8 @@ def measure_runtime(section: dict[str, Any], threads: int, space: SearchSpace,
 def write_runtime(runtime: pl.DataFrame, breakdown: pl.DataFrame,
                   out: str | os.PathLike[str], breakdown_out: str | os.PathLike[str]) -> None:
     """Write both tables (atomically, each)."""
-    write_table(runtime, out)
-    write_table(breakdown, breakdown_out)
+    write_parquet(runtime, out)
+    write_parquet(breakdown, breakdown_out)
 
 
 def merge_tables(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]
@@ -284,5 +284,5 @@ def merge_tables(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
     """The tables of several devices in one (an empty table when there are none)."""
     tables = [pl.read_parquet(p) for p in paths]
     merged = pl.concat(tables, how="diagonal_relaxed") if tables else pl.DataFrame()
-    write_table(merged, out)
+    write_parquet(merged, out)
     return merged

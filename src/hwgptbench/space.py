@@ -11,16 +11,21 @@ bias flag. Archs have a canonical string id (``e128-l3-h4_2_4-r4_3_2-b1``) that 
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from numbers import Integral, Real
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .errors import UserError
+
+if TYPE_CHECKING:
+    import polars as pl
 
 Ratio = int | float
 
@@ -373,3 +378,15 @@ class SearchSpace:
             total += e * (2 * norm + 2 * q + 2 * kv + (mlp_in + 1) * hidden)  # norms, weights
             total += b * (q + 2 * kv + e + mlp_in * hidden + e)  # biases of the projections
         return total
+
+
+def read_archs(path: str | os.PathLike[str]) -> list[Arch]:
+    """The archs of a table file with an ``arch_id`` column (an archs table), in row order."""
+    import polars as pl
+
+    return read_archs_from(pl.read_parquet(Path(path), columns=["arch_id"]))
+
+
+def read_archs_from(table: pl.DataFrame) -> list[Arch]:
+    """The archs of a table with an ``arch_id`` column, in row order."""
+    return [Arch.from_id(i) for i in table["arch_id"]]

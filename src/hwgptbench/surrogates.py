@@ -30,10 +30,9 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from .archs import read_archs_from, write_table
-from .io import atomic_dir, atomic_write_json
+from .io import atomic_dir, atomic_write_json, write_parquet
 from .measure.condition import CONDITION_KEYS, DEFAULTS, Condition
-from .space import SearchSpace
+from .space import SearchSpace, read_archs_from
 from .surrogate import Surrogate
 from .surrogate.blend import BlendSurrogate
 from .surrogate.conformal import ConformalSurrogate, cross_conformal
@@ -316,8 +315,8 @@ def _write_quality(rows: list[dict[str, Any]], predictions: list[pl.DataFrame],
     quality = mark_selected(pl.DataFrame(rows, schema=QUALITY_SCHEMA)).with_columns(
         pl.lit(v, dtype=pl.String).alias(k)
         for k, v in library_versions(*SURROGATE_LIBRARIES).items())
-    write_table(quality, folder / "quality.parquet")
-    write_table(pl.concat(predictions) if predictions else
+    write_parquet(quality, folder / "quality.parquet")
+    write_parquet(pl.concat(predictions) if predictions else
                 pl.DataFrame(schema=PREDICTION_SCHEMA), folder / "predictions.parquet")
     return quality
 
@@ -336,11 +335,11 @@ def merge_quality(paths: Sequence[str | os.PathLike[str]], scale: str,
     the predictions tables beside the inputs are merged beside ``out_table`` too."""
     predictions = pl.concat([pl.read_parquet(Path(p).with_name("predictions.parquet"))
                              for p in paths])
-    write_table(predictions, Path(out_table).with_name("predictions.parquet"))
+    write_parquet(predictions, Path(out_table).with_name("predictions.parquet"))
     # diagonal: a table fitted before a column existed (e.g. the versions) merges with nulls
     quality = pl.concat([pl.read_parquet(p) for p in paths], how="diagonal_relaxed").sort(
         "metric", "device", "condition", "family")
-    write_table(quality.with_columns(scale=pl.lit(scale)), out_table)
+    write_parquet(quality.with_columns(scale=pl.lit(scale)), out_table)
     metrics: dict[str, Any] = {}
     for row in quality.filter(pl.col("status") == "ok").iter_rows(named=True):
         node = metrics.setdefault(row["metric"], {}).setdefault(row["device"], {})

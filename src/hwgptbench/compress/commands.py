@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from .. import archs, data, params
+from .. import data, io, params
 from ..space import SearchSpace
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def _space(section: dict[str, Any]) -> SearchSpace:
 def cmd_dense(args: argparse.Namespace) -> None:
     """The dense model: trained here (source pretrain) or imported from a local Hugging Face
     LLaMA-family checkpoint (source huggingface)."""
-    from ..train import TrainConfig
+    from ..supernet.train import TrainConfig
     from .dense import from_huggingface, pretrain
 
     section = _section(args)
@@ -70,7 +70,7 @@ def cmd_dense(args: argparse.Namespace) -> None:
 def cmd_finetune(args: argparse.Namespace) -> None:
     """Order the dense model's heads and MLP channels by importance, import it into the
     supernet of compress.space and fine-tune that once with the sandwich rule (resumes)."""
-    from ..train import TrainConfig
+    from ..supernet.train import TrainConfig
     from .finetune import finetune
 
     section = _section(args)
@@ -84,7 +84,7 @@ def _evaluator(section: dict[str, Any], data_dir: str, supernet_path: str) -> Su
     import torch
 
     from ..perplexity import validation_batches
-    from ..train import load_supernet, resolve_device
+    from ..supernet.train import load_supernet, resolve_device
     from .evaluate import SubnetEvaluator
     from .tasks import build_cloze
 
@@ -109,9 +109,9 @@ def cmd_search(args: argparse.Namespace) -> None:
     section = _section(args)
     evaluator = _evaluator(section, args.data, args.supernet)
     runs = run_searches(evaluator, section["search"])
-    archs.write_table(runs, args.runs_out)
+    io.write_parquet(runs, args.runs_out)
     subnets = subnet_table(evaluator, runs, section["search"]["objectives"])
-    archs.write_table(subnets, args.subnets_out)
+    io.write_parquet(subnets, args.subnets_out)
     log.info("%d runs, %d distinct sub-networks evaluated",
              runs.select("objectives", "algorithm").n_unique(), subnets.height)
 
@@ -131,7 +131,7 @@ def cmd_table(args: argparse.Namespace) -> None:
                    section["search"]["objectives"], section["table"]["tolerances"],
                    evaluator.space.largest().id)
     table = compression_table(dense, evaluator, chosen, section["quantize"])
-    archs.write_table(table, args.out)
+    io.write_parquet(table, args.out)
     log.info("compression table: %d rows", table.height)
 
 

@@ -24,7 +24,7 @@ from ..data import TokenShards
 from ..io import load_torch, save_torch
 from ..model import GPT, GPTConfig
 from ..space import Arch, SearchSpace
-from ..train import TrainConfig, load_supernet, train
+from ..supernet.train import TrainConfig, load_supernet, train
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ The dense model's heads and MLP channels are ordered by importance on calibratio
 training windows (:mod:`hwgptbench.compress.importance`), its weights become the supernet's
 (the largest sub-network is the dense model exactly), and the supernet is fine-tuned with the
 sandwich rule by the supernet trainer, which checkpoints and resumes
-(:func:`hwgptbench.train.train` with the imported weights as ``init``).
+(:func:`hwgptbench.supernet.train.train` with the imported weights as ``init``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ..data import TokenShards
 from ..io import atomic_path, canonical_json, load_torch, save_torch
 from ..model import GPT, SuperGPT
 from ..space import SearchSpace
-from ..train import (
+from ..supernet.train import (
     TrainConfig,
     WindowSampler,
     step_rng,

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..train import step_rng
+from ..supernet.train import step_rng
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ def cmd_import(args: argparse.Namespace) -> None:
     """Convert HW-GPT-Bench's perplexity files of a scale to the perplexity table (one row per
     arch; duplicates and archs outside the space counted in a report)."""
     from .. import io
-    from ..archs import write_table
+    from ..io import write_parquet
     from .convert import convert, locate, summary
 
     config = params.merge_files(args.params or ["params.yaml"], ["spaces"])["spaces"]
@@ -46,7 +46,7 @@ def cmd_import(args: argparse.Namespace) -> None:
     table, report = convert(space, paths, source, rev, args.train_steps, args.vocab_size)
     out = Path(args.out or f"results/{args.scale}/perplexity.parquet")
     report_path = Path(args.report or out.with_suffix(".import.json"))
-    write_table(table, out)
+    write_parquet(table, out)
     io.atomic_write_json(report_path, report)
     counted = report["duplicates"]["archs"] or report["outside_space"]["rows"]
     log.log(logging.WARNING if counted else logging.INFO, "%s", summary(report))

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..archs import write_table
+from ..io import write_parquet
 from ..measure import default_device
 from ..measurements import NULLABLE, conditions, measure_rows
 from ..space import Arch, SearchSpace
@@ -94,7 +94,7 @@ def adapt_device(section: Mapping[str, Any], space: SearchSpace, vocab_size: int
         raise TransferError(f"nothing adapted for {device}: no metric of transfer.metrics "
                             f"({', '.join(section['metrics'])}) has both measured rows and "
                             "source devices")
-    write_table(target_table, out / MEASURED)
+    write_parquet(target_table, out / MEASURED)
     return written
 
 

@@ -1,17 +1,15 @@
-"""The table of sampled architectures (``results/{scale}/archs.parquet``) that later stages
-evaluate and measure: one row per arch, keyed by its canonical id."""
+"""Sampling of the architectures (``results/{scale}/archs.parquet``) that later stages
+evaluate and measure: one row per arch, keyed by its canonical id. Stages read the table back
+with :func:`hwgptbench.space.read_archs`."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from .io import atomic_path
-from .space import Arch, SearchSpace
+from ..space import Arch, SearchSpace
 
 
 def sample_table(space: SearchSpace, n_archs: int, seed: int, vocab_size: int) -> pl.DataFrame:
@@ -57,19 +55,3 @@ def _table(space: SearchSpace, ends: list[Arch], sampled: list[Arch], vocab_size
         "mlp_ratio": [[float(r) for r in a.mlp_ratio] for a, _ in rows],
         "params": [space.n_params(a, vocab_size) for a, _ in rows],
     }, schema_overrides={"n_head": pl.List(pl.Int64), "mlp_ratio": pl.List(pl.Float64)})
-
-
-def write_table(table: pl.DataFrame, path: str | os.PathLike[str]) -> None:
-    """Write a table as parquet, atomically."""
-    with atomic_path(path) as tmp:
-        table.write_parquet(tmp)
-
-
-def read_archs(path: str | os.PathLike[str]) -> list[Arch]:
-    """The archs of an archs table file, in row order."""
-    return read_archs_from(pl.read_parquet(Path(path), columns=["arch_id"]))
-
-
-def read_archs_from(table: pl.DataFrame) -> list[Arch]:
-    """The archs of a table with an ``arch_id`` column, in row order."""
-    return [Arch.from_id(i) for i in table["arch_id"]]

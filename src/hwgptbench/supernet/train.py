@@ -38,11 +38,11 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
-from .data import TokenShards
-from .io import atomic_path, canonical_json, load_torch, save_torch
-from .model import SuperGPT
-from .params import ParamsError, batch_problems, snapshot_problems
-from .space import Arch, SearchSpace
+from ..data import TokenShards
+from ..io import atomic_path, canonical_json, load_torch, save_torch
+from ..model import SuperGPT
+from ..params import ParamsError, batch_problems, snapshot_problems
+from ..space import Arch, SearchSpace
 
 log = logging.getLogger(__name__)
 
@@ -162,9 +162,10 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Ada
 
 def code_fingerprint() -> str:
     """Hash of the source of training, model and space: a code change starts training anew."""
-    package = Path(__file__).parent
+    package = Path(__file__).parents[1]
     digest = hashlib.sha256()
-    sources = [package / "train.py", package / "space.py", *sorted(package.glob("model/*.py"))]
+    sources = [package / "supernet" / "train.py", package / "space.py",
+               *sorted(package.glob("model/*.py"))]
     for path in sources:
         digest.update(path.read_bytes())
     return digest.hexdigest()

@@ -1,0 +1,60 @@
+"""The supernet stage's subcommands: ``hwgptbench sample`` and ``hwgptbench train``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import polars as pl
+
+from ..io import write_parquet
+from ..options import Add, load, scale_and_data, scale_and_vocab, space_of, vocab_size
+
+log = logging.getLogger("hwgptbench")
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    """Train the weight-sharing supernet of one scale (sandwich rule; resumes)."""
+    from ..data import TokenShards
+    from . import train
+
+    config = load(args, ["supernet", "spaces"])
+    space = space_of(config, args.scale)
+    shards = TokenShards.open(args.data, verify=True)
+    out = Path(args.out or f"results/{args.scale}/supernet")
+    work = Path(args.work_dir or f"results/{args.scale}/.train")
+    train.train(train.TrainConfig.from_params(config["supernet"]), space, shards, out, work)
+
+
+def cmd_sample(args: argparse.Namespace) -> None:
+    """Sample the architectures that later stages evaluate and measure."""
+    from . import archs
+
+    config = load(args, ["sample", "spaces"])
+    space, section = space_of(config, args.scale), config["sample"]
+    vocab = vocab_size(args)
+    if args.from_table:
+        candidates = pl.read_parquet(args.from_table, columns=["arch_id"])["arch_id"]
+        table = archs.sample_from(space, candidates.to_list(), section["n_archs"],
+                                  section["seed"], vocab)
+        pool = f"{candidates.n_unique()} archs of {args.from_table}"
+    else:
+        table = archs.sample_table(space, section["n_archs"], section["seed"], vocab)
+        pool = f"{space.size()} archs of the {args.scale} space"
+    write_parquet(table, args.out or f"results/{args.scale}/archs.parquet")
+    log.info("sampled %d archs of the %s space (from %s)", len(table), args.scale, pool)
+
+
+def register(add: Add) -> None:
+    """Add the subcommands through the CLI's ``add``."""
+    command = add("train", cmd_train)
+    scale_and_data(command)
+    command.add_argument("--out", help="output folder (default: results/{scale}/supernet)")
+    command.add_argument("--work-dir", help="resumable checkpoints (default: "
+                                            "results/{scale}/.train)")
+    command = add("sample", cmd_sample)
+    scale_and_vocab(command)
+    command.add_argument("--from-table", help="sample among the archs of this table (e.g. "
+                                              "imported perplexities) instead of the space")
+    command.add_argument("--out", help="archs table (default: results/{scale}/archs.parquet)")
