@@ -20,7 +20,7 @@ from hwgptbench.compress.dense import load_dense
 from hwgptbench.compress.evaluate import mean_loss
 from hwgptbench.compress.finetune import calibration_batches, import_dense
 from hwgptbench.data import TokenShards
-from hwgptbench.perplexity import validation_batches
+from hwgptbench.perplexity.evaluate import validation_batches
 from hwgptbench.space import SearchSpace
 
 

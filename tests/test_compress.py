@@ -18,7 +18,7 @@ from hwgptbench.compress.search import run_searches, subnet_table
 from hwgptbench.compress.table import compression_table, picks
 from hwgptbench.compress.tasks import build_cloze
 from hwgptbench.data import TokenShards
-from hwgptbench.perplexity import validation_batches
+from hwgptbench.perplexity.evaluate import validation_batches
 from hwgptbench.space import SearchSpace
 from hwgptbench.supernet.train import TrainConfig, load_supernet
 

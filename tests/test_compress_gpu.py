@@ -17,7 +17,7 @@ from hwgptbench.compress.evaluate import SubnetEvaluator
 from hwgptbench.compress.finetune import finetune
 from hwgptbench.compress.table import compression_table
 from hwgptbench.data import TokenShards
-from hwgptbench.perplexity import validation_batches
+from hwgptbench.perplexity.evaluate import validation_batches
 from hwgptbench.space import Arch, SearchSpace
 from hwgptbench.supernet.train import LOSS_TABLE, load_supernet
 from test_compress import IMPORTANCE, SPACE, TIMING, training

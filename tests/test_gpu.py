@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hwgptbench import perplexity
 from hwgptbench.data import TokenShards
+from hwgptbench.perplexity import evaluate as perplexity
 from hwgptbench.supernet import train
 from test_train import CONFIG, SMALL_SPACE
 

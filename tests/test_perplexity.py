@@ -9,9 +9,9 @@ import polars as pl
 import torch
 
 from conftest import REPO_ROOT, run
-from hwgptbench import perplexity
 from hwgptbench.data import TokenShards
 from hwgptbench.model import SuperGPT
+from hwgptbench.perplexity import evaluate as perplexity
 from hwgptbench.space import SearchSpace, read_archs_from
 from hwgptbench.supernet import archs, train
 

@@ -19,7 +19,7 @@ from hwgptbench.compress import finetune
 from hwgptbench.compress.dense import load_dense
 from hwgptbench.data import TokenShards
 from hwgptbench.io import TorchFileError
-from hwgptbench.perplexity import evaluate_supernets
+from hwgptbench.perplexity.evaluate import evaluate_supernets
 from hwgptbench.space import SearchSpace
 from hwgptbench.supernet import train
 

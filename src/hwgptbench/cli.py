@@ -23,6 +23,7 @@ from .compress import commands as compress_commands
 from .data import commands as data_commands
 from .errors import UserError
 from .hwgpt_import import commands as hwgpt_import_commands
+from .perplexity import commands as perplexity_commands
 from .space import SearchSpace, read_archs
 from .supernet import commands as supernet_commands
 
@@ -67,30 +68,6 @@ def cmd_validate(args: argparse.Namespace) -> None:
     for path in args.params or ["params.yaml"]:
         params.load(path)
         print(f"{path}: valid")
-
-
-def cmd_perplexity(args: argparse.Namespace) -> None:
-    """Validation perplexity of the sampled archs with inherited supernet weights, for the
-    final supernet and each of its snapshots (the training-step fidelities)."""
-    from . import perplexity, schema
-    from .supernet import train
-
-    config = _load(args, ["perplexity"])["perplexity"]
-    device = train.resolve_device(config["device"])
-    supernets = train.supernet_files(args.supernet)
-    shards = data.TokenShards.open(args.data)
-    scores = perplexity.evaluate_supernets(supernets, read_archs(args.archs),
-                                           shards.split("val"), config, device)
-    table = pl.read_parquet(args.archs).select("arch_id", "kind", "params").join(
-        scores, on="arch_id", maintain_order="right")
-    io.write_parquet(table.drop("kind"), args.out)
-    final = schema.fully_trained(table)
-    ends = dict(zip(final["kind"], final["perplexity"], strict=True))
-    log.info("perplexity after %d steps: smallest %.2f, largest %.2f; "
-             "Spearman(params, perplexity) = %.3f over %d archs; snapshots at steps %s",
-             max(supernets), ends["smallest"], ends["largest"],
-             final.select(pl.corr("params", "perplexity", method="spearman")).item(),
-             final.height, list(supernets)[:-1] or "none")
 
 
 def cmd_measure(args: argparse.Namespace) -> None:
@@ -459,13 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("validate", cmd_validate)
     data_commands.register(add)
     supernet_commands.register(add)
-    command = add("perplexity", cmd_perplexity)
-    _scale_and_data(command)
-    command.add_argument("--supernet", required=True,
-                         help="supernet.pt of the train stage (its snapshots beside it are "
-                              "scored too)")
-    command.add_argument("--archs", required=True, help="archs table of the sample stage")
-    command.add_argument("--out", required=True, help="perplexity table (parquet)")
+    perplexity_commands.register(add)
     command = add("measure", cmd_measure)
     command.add_argument("--scale", default="tiny", help="search space (default: %(default)s)")
     command.add_argument("--device", help="device label, or auto (default: measure.device)")

@@ -83,7 +83,7 @@ def _evaluator(section: dict[str, Any], data_dir: str, supernet_path: str) -> Su
     """Sub-network evaluation on the held-out data the params describe, on this machine."""
     import torch
 
-    from ..perplexity import validation_batches
+    from ..perplexity.evaluate import validation_batches
     from ..supernet.train import load_supernet, resolve_device
     from .evaluate import SubnetEvaluator
     from .tasks import build_cloze

@@ -18,9 +18,9 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
-from .model import SuperGPT
-from .space import Arch
-from .supernet.train import WindowSampler, load_supernet, step_rng
+from ..model import SuperGPT
+from ..space import Arch
+from ..supernet.train import WindowSampler, load_supernet, step_rng
 
 log = logging.getLogger(__name__)
 
