@@ -21,7 +21,7 @@ import polars as pl
 from hwgptbench import params
 from hwgptbench.measure.budget import GB
 from hwgptbench.measure.memory import peak_rss_bytes
-from hwgptbench.measurements import measure_shard
+from hwgptbench.measure.stage import measure_shard
 from hwgptbench.space import SearchSpace
 
 

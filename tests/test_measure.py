@@ -17,34 +17,33 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from hwgptbench.measure import (
-    CONDITION_KEYS,
-    Condition,
+from hwgptbench.measure import energy, latency, runner
+from hwgptbench.measure.condition import CONDITION_KEYS, Condition
+from hwgptbench.measure.device import (
     DeviceMismatchError,
-    RaplMeter,
-    Settings,
     auto_label,
-    conditions_from_params,
-    cpu_memory,
-    cuda_graph_callable,
-    cuda_memory,
     dtype_unsupported_reason,
-    energy,
     fingerprint,
-    forward_flops,
-    latency,
-    measure_arch,
+    resolve_label,
+)
+from hwgptbench.measure.energy import (
+    PowerSamplingMeter,
+    RaplMeter,
     measure_energy,
+    open_energy_meter,
+)
+from hwgptbench.measure.flops import forward_flops
+from hwgptbench.measure.latency import (
+    LATENCY_FIELDS,
+    cuda_graph_callable,
+    latency_stats,
     measure_latency,
+    measure_latency_interleaved,
     median_ci_halfwidth,
     median_ci_ranks,
-    open_energy_meter,
-    resolve_label,
-    runner,
-    tensor_bytes,
 )
-from hwgptbench.measure.energy import PowerSamplingMeter
-from hwgptbench.measure.latency import LATENCY_FIELDS, latency_stats, measure_latency_interleaved
+from hwgptbench.measure.memory import cpu_memory, cuda_memory, tensor_bytes
+from hwgptbench.measure.runner import Settings, conditions_from_params, measure_arch
 from hwgptbench.model import GPT, GPTConfig, SuperGPT
 from hwgptbench.space import SearchSpace
 

@@ -13,8 +13,8 @@ import torch
 import yaml
 
 from conftest import REPO_ROOT
-from hwgptbench import measurements
 from hwgptbench.measure import budget, groups, runner
+from hwgptbench.measure import stage as measurements
 from hwgptbench.measure.condition import Condition
 from hwgptbench.measure.latency import cuda_graph_callable
 from hwgptbench.space import SearchSpace

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from conftest import REPO_ROOT, run
-from hwgptbench import measurements
-from hwgptbench.measure import auto_label, default_device, fingerprint
+from hwgptbench.measure import stage as measurements
+from hwgptbench.measure.device import auto_label, default_device, fingerprint
 from hwgptbench.space import SearchSpace
 
 SPACE = SearchSpace.from_dict("small", {

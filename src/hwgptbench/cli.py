@@ -23,6 +23,7 @@ from .compress import commands as compress_commands
 from .data import commands as data_commands
 from .errors import UserError
 from .hwgpt_import import commands as hwgpt_import_commands
+from .measure import commands as measure_commands
 from .perplexity import commands as perplexity_commands
 from .space import SearchSpace, read_archs
 from .supernet import commands as supernet_commands
@@ -70,47 +71,10 @@ def cmd_validate(args: argparse.Namespace) -> None:
         print(f"{path}: valid")
 
 
-def cmd_measure(args: argparse.Namespace) -> None:
-    """Measure latency, energy, memory and FLOPs of sampled archs on this machine."""
-    from . import measurements
-
-    config = _load(args, ["measure", "spaces"])
-    space = _space(config, args.scale)
-    vocab_size = _vocab_size(args)
-    section = config["measure"]
-    label = measurements.device_label({**section, "device": args.device or section["device"]},
-                                      section["threads"])
-    index, count = measurements.parse_shard(args.shard)
-    out = args.out or f"results/{args.scale}/.measure/{label}/shard-{index}-of-{count}.parquet"
-    archs_path = args.archs or f"results/{args.scale}/archs.parquet"
-    table = measurements.measure_shard(section, space, read_archs(archs_path), vocab_size,
-                                       label, (index, count), out)
-    log.info("wrote %s: %d rows on %s", out, table.height, label)
-
-
-def cmd_measure_plan(args: argparse.Namespace) -> None:
-    """Print the groups and peak memory the measure jobs plan, per scale and device."""
-    from .measure import plan
-
-    config = params.load_overlaid(args.params, args.overlay)
-    cluster = config["cluster"]["devices"]
-    devices = plan.cluster_memory(config) if cluster else plan.this_machine(config)
-    if set(cluster) - set(devices):
-        log.warning("not planned, no cluster.devices memory_gb: %s",
-                    ", ".join(sorted(set(cluster) - set(devices))))
-    plans = plan.plan_params(config, devices)
-    if devices and not plans:
-        log.warning("nothing planned: data.tokenizer.file is not there, so the vocabulary "
-                    "size is not known")
-    table = plan.format_table(plans)
-    print(table)
-    if args.out:
-        io.atomic_write_text(args.out, table + "\n")
-
-
 def cmd_runtime(args: argparse.Namespace) -> None:
     """Time workloads under runtime options and break their time down by module, here."""
-    from . import measurements, runtime
+    from . import runtime
+    from .measure import stage as measurements
 
     config = _load(args, ["measure", "runtime", "spaces"])
     space, vocab_size = _space(config, args.scale), _vocab_size(args)
@@ -133,49 +97,6 @@ def cmd_merge_runtime(args: argparse.Namespace) -> None:
     breakdown = runtime.merge_tables(args.breakdown, args.breakdown_out)
     log.info("wrote %s (%d rows) and %s (%d rows)", args.out, table.height, args.breakdown_out,
              breakdown.height)
-
-
-def cmd_merge(args: argparse.Namespace) -> None:
-    """Merge measurement shards into a device table, or device tables into one table."""
-    from . import measurements
-
-    merge = measurements.merge_devices if args.devices else measurements.merge_shards
-    table = merge(args.inputs, args.out)
-    log.info("wrote %s: %d rows", args.out, table.height)
-
-
-def cmd_devices(args: argparse.Namespace) -> None:
-    """Print this machine's fingerprint, label and which metrics it can measure."""
-    from . import measurements
-    from .measure import (
-        DTYPES,
-        auto_label,
-        default_device,
-        dtype_unsupported_reason,
-        fingerprint,
-        open_energy_meter,
-    )
-
-    config = _load(args, ["measure"])["measure"]
-    if args.label:  # for scripts: the label this machine's tables are filed under
-        print(measurements.device_label(config, config["threads"]))
-        return
-    device = default_device()
-    identity = fingerprint(config["threads"], device)
-    print(f"label: {auto_label(identity)}  (measure.device: auto)")
-    for key, value in identity.items():
-        print(f"  {key}: {value}")
-    print("metrics:")
-    print("  latency: yes (" + ("CUDA events" if device.type == "cuda" else
-                               f"perf_counter_ns, {config['threads']} threads") + ")")
-    with open_energy_meter(device) as meter:
-        energy = f"yes ({meter.source})" if meter.available else f"no: {meter.reason}"
-    print(f"  energy: {energy}")
-    memory = "allocator statistics" if device.type == "cuda" else "allocator events"
-    print(f"  memory: yes (tensor bytes, {memory})")
-    for name, dtype in DTYPES.items():
-        reason = dtype_unsupported_reason(dtype, device)
-        print(f"  dtype {name}: {'yes' if reason is None else 'no: ' + reason}")
 
 
 def cmd_fit_surrogates(args: argparse.Namespace) -> None:
@@ -241,8 +162,8 @@ def cmd_transfer(args: argparse.Namespace) -> None:
 def cmd_adapt(args: argparse.Namespace) -> None:
     """Adapt the hardware surrogates to a new device from k measured archs (measured on this
     machine, or read from --measurements), for `Benchmark.query` and `hwgptbench query`."""
-    from . import measurements
     from .api import ADAPTED
+    from .measure import stage as measurements
     from .transfer.adapt import adapt_device, measure_for_adaptation
 
     config = _load(args, ["transfer", "measure", "spaces"])
@@ -383,7 +304,8 @@ def cmd_pull(args: argparse.Namespace) -> None:
 
 def cmd_publish_device(args: argparse.Namespace) -> None:
     """Publish a device's measurement table (devices/{scale}/{label}.parquet) to the DVC remote."""
-    from . import measurements, sync
+    from . import sync
+    from .measure import stage as measurements
 
     section = _load(args, ["measure"])["measure"]
     label = args.device or measurements.device_label(section, section["threads"])
@@ -437,20 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     data_commands.register(add)
     supernet_commands.register(add)
     perplexity_commands.register(add)
-    command = add("measure", cmd_measure)
-    command.add_argument("--scale", default="tiny", help="search space (default: %(default)s)")
-    command.add_argument("--device", help="device label, or auto (default: measure.device)")
-    command.add_argument("--shard", default="0/1", help="measure shard i of n (default: 0/1)")
-    command.add_argument("--archs", help="archs table (default: results/{scale}/archs.parquet)")
-    _vocab_source(command)
-    command.add_argument("--out", help="shard table (default: "
-                                       "results/{scale}/.measure/{device}/shard-i-of-n.parquet)")
-    command = add("measure-plan", cmd_measure_plan, params=False)
-    command.add_argument("--params", default="params.yaml", help="default: %(default)s")
-    command.add_argument("--overlay", action="extend", nargs="+", default=[],
-                         help="params files merged over it as snakemake --configfile merges "
-                              "them, e.g. params/paper.yaml")
-    command.add_argument("--out", help="also write the table to this file")
+    measure_commands.register(add)
     command = add("runtime", cmd_runtime)
     _scale_and_vocab(command)
     command.add_argument("--device", help="device label, or auto (default: measure.device)")
@@ -462,14 +371,6 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--breakdown", nargs="*", default=[], help="breakdown tables")
     command.add_argument("--out", required=True, help="merged runtime table (parquet)")
     command.add_argument("--breakdown-out", required=True, help="merged breakdown table")
-    command = add("merge-measurements", cmd_merge)
-    command.add_argument("--devices", action="store_true",
-                         help="inputs are device tables (default: shards of one device)")
-    command.add_argument("--out", required=True, help="merged table (parquet)")
-    command.add_argument("inputs", nargs="+", help="tables to merge")
-    command = add("devices", cmd_devices)
-    command.add_argument("--label", action="store_true",
-                         help="print only the label (measure.device, checked against the hardware)")
     command = add("fit-surrogates", cmd_fit_surrogates)
     _scale_and_vocab(command)
     table = command.add_mutually_exclusive_group(required=True)

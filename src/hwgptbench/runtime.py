@@ -29,9 +29,10 @@ import torch
 from tqdm import tqdm
 
 from .io import write_parquet
-from .measure import Settings, default_device, fingerprint, forward_flops, resolve_label
 from .measure.breakdown import profile_breakdown
 from .measure.condition import Condition
+from .measure.device import default_device, fingerprint, resolve_label
+from .measure.flops import forward_flops
 from .measure.latency import (
     LATENCY_FIELDS,
     CallFailed,
@@ -40,6 +41,8 @@ from .measure.latency import (
     measure_latency_interleaved,
 )
 from .measure.memory import unmeasured
+from .measure.runner import Settings
+from .measure.stage import NULLABLE
 from .measure.workloads import (
     Unsupported,
     Workload,
@@ -47,7 +50,6 @@ from .measure.workloads import (
     cuda_peak_memory,
     unsupported_reason,
 )
-from .measurements import NULLABLE
 from .space import Arch, SearchSpace
 from .versions import library_versions
 

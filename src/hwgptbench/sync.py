@@ -26,7 +26,7 @@ import yaml
 
 from .errors import UserError
 from .io import atomic_path
-from .measurements import MeasurementError
+from .measure.stage import MeasurementError
 
 log = logging.getLogger(__name__)
 

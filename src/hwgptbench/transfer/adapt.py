@@ -2,7 +2,7 @@
 
 The measurement table of the benchmark gives the sources (every device and condition but the
 new device); the new device's rows come from a file or are measured here through the
-measurement stage's own code (:func:`hwgptbench.measurements.measure_rows`). For each metric
+measurement stage's own code (:func:`hwgptbench.measure.stage.measure_rows`). For each metric
 and condition of the new device, k of its measured archs are selected, an
 :class:`~.model.AdaptedSurrogate` is fitted and saved, with the rows, under
 ``results/{scale}/adapted/{device}/``, where ``Benchmark.load`` finds them.
@@ -21,8 +21,8 @@ import numpy as np
 import polars as pl
 
 from ..io import write_parquet
-from ..measure import default_device
-from ..measurements import NULLABLE, conditions, measure_rows
+from ..measure.device import default_device
+from ..measure.stage import NULLABLE, conditions, measure_rows
 from ..space import Arch, SearchSpace
 from ..surrogate.features import feature_matrix
 from ..surrogate.store import save_surrogate

@@ -1,4 +1,4 @@
-"""The measurement stage around `hwgptbench.measure`: shards of archs, device tables and the
+"""The measure stage around the measure library: shards of archs, device tables and the
 cross-device table, as parquet.
 
 ``measure_shard`` measures archs ``i, i+n, i+2n, ...`` of the archs table (shard i of n) on this
@@ -26,21 +26,12 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
-from . import __version__
-from .errors import UserError
-from .io import atomic_write_json, canonical_json, write_parquet
-from .measure import (
-    Condition,
-    EnergyMeter,
-    Settings,
-    conditions_from_params,
-    default_device,
-    fingerprint,
-    measure_arch,
-    open_energy_meter,
-    resolve_label,
-)
-from .measure.budget import (
+from .. import __version__
+from ..errors import UserError
+from ..io import atomic_write_json, canonical_json, write_parquet
+from ..space import Arch, SearchSpace
+from ..versions import library_versions
+from .budget import (
     GB,
     Group,
     GroupPlan,
@@ -49,11 +40,12 @@ from .measure.budget import (
     plan_groups,
     weight_bytes,
 )
-from .measure.groups import group_factors, rescale
-from .measure.latency import LATENCY_FIELDS
-from .measure.runner import measure_latency_of_archs
-from .space import Arch, SearchSpace
-from .versions import library_versions
+from .condition import Condition
+from .device import default_device, fingerprint, resolve_label
+from .energy import EnergyMeter, open_energy_meter
+from .groups import group_factors, rescale
+from .latency import LATENCY_FIELDS
+from .runner import Settings, conditions_from_params, measure_arch, measure_latency_of_archs
 
 log = logging.getLogger(__name__)
 

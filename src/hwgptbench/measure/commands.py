@@ -1,0 +1,113 @@
+"""The measure stage's subcommands: ``measure`` (one shard on this machine), ``measure-plan``,
+``merge-measurements`` and ``devices``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from .. import params
+from ..io import atomic_write_text
+from ..options import Add, load, scale_arg, space_of, vocab_size, vocab_source
+from ..space import read_archs
+
+log = logging.getLogger("hwgptbench")
+
+
+def cmd_measure(args: argparse.Namespace) -> None:
+    """Measure latency, energy, memory and FLOPs of sampled archs on this machine."""
+    from . import stage
+
+    config = load(args, ["measure", "spaces"])
+    space, section = space_of(config, args.scale), config["measure"]
+    label = stage.device_label({**section, "device": args.device or section["device"]},
+                               section["threads"])
+    index, count = stage.parse_shard(args.shard)
+    out = args.out or f"results/{args.scale}/.measure/{label}/shard-{index}-of-{count}.parquet"
+    archs_path = args.archs or f"results/{args.scale}/archs.parquet"
+    table = stage.measure_shard(section, space, read_archs(archs_path), vocab_size(args), label,
+                                (index, count), out)
+    log.info("wrote %s: %d rows on %s", out, table.height, label)
+
+
+def cmd_measure_plan(args: argparse.Namespace) -> None:
+    """Print the groups and peak memory the measure jobs plan, per scale and device."""
+    from . import plan
+
+    config = params.load_overlaid(args.params, args.overlay)
+    cluster = config["cluster"]["devices"]
+    devices = plan.cluster_memory(config) if cluster else plan.this_machine(config)
+    if set(cluster) - set(devices):
+        log.warning("not planned, no cluster.devices memory_gb: %s",
+                    ", ".join(sorted(set(cluster) - set(devices))))
+    plans = plan.plan_params(config, devices)
+    if devices and not plans:
+        log.warning("nothing planned: data.tokenizer.file is not there, so the vocabulary "
+                    "size is not known")
+    table = plan.format_table(plans)
+    print(table)
+    if args.out:
+        atomic_write_text(args.out, table + "\n")
+
+
+def cmd_merge(args: argparse.Namespace) -> None:
+    """Merge measurement shards into a device table, or device tables into one table."""
+    from . import stage
+
+    merge = stage.merge_devices if args.devices else stage.merge_shards
+    table = merge(args.inputs, args.out)
+    log.info("wrote %s: %d rows", args.out, table.height)
+
+
+def cmd_devices(args: argparse.Namespace) -> None:
+    """Print this machine's fingerprint, label and which metrics it can measure."""
+    from .device import DTYPES, auto_label, default_device, dtype_unsupported_reason, fingerprint
+    from .energy import open_energy_meter
+    from .stage import device_label
+
+    config = load(args, ["measure"])["measure"]
+    if args.label:  # for scripts: the label this machine's tables are filed under
+        print(device_label(config, config["threads"]))
+        return
+    device = default_device()
+    identity = fingerprint(config["threads"], device)
+    print(f"label: {auto_label(identity)}  (measure.device: auto)")
+    for key, value in identity.items():
+        print(f"  {key}: {value}")
+    print("metrics:")
+    print("  latency: yes (" + ("CUDA events" if device.type == "cuda" else
+                               f"perf_counter_ns, {config['threads']} threads") + ")")
+    with open_energy_meter(device) as meter:
+        energy = f"yes ({meter.source})" if meter.available else f"no: {meter.reason}"
+    print(f"  energy: {energy}")
+    memory = "allocator statistics" if device.type == "cuda" else "allocator events"
+    print(f"  memory: yes (tensor bytes, {memory})")
+    for name, dtype in DTYPES.items():
+        reason = dtype_unsupported_reason(dtype, device)
+        print(f"  dtype {name}: {'yes' if reason is None else 'no: ' + reason}")
+
+
+def register(add: Add) -> None:
+    """Add the subcommands through the CLI's ``add``."""
+    command = add("measure", cmd_measure)
+    scale_arg(command)
+    command.add_argument("--device", help="device label, or auto (default: measure.device)")
+    command.add_argument("--shard", default="0/1", help="measure shard i of n (default: 0/1)")
+    command.add_argument("--archs", help="archs table (default: results/{scale}/archs.parquet)")
+    vocab_source(command)
+    command.add_argument("--out", help="shard table (default: "
+                                       "results/{scale}/.measure/{device}/shard-i-of-n.parquet)")
+    command = add("measure-plan", cmd_measure_plan, params=False)
+    command.add_argument("--params", default="params.yaml", help="default: %(default)s")
+    command.add_argument("--overlay", action="extend", nargs="+", default=[],
+                         help="params files merged over it as snakemake --configfile merges "
+                              "them, e.g. params/paper.yaml")
+    command.add_argument("--out", help="also write the table to this file")
+    command = add("merge-measurements", cmd_merge)
+    command.add_argument("--devices", action="store_true",
+                         help="inputs are device tables (default: shards of one device)")
+    command.add_argument("--out", required=True, help="merged table (parquet)")
+    command.add_argument("inputs", nargs="+", help="tables to merge")
+    command = add("devices", cmd_devices)
+    command.add_argument("--label", action="store_true",
+                         help="print only the label (measure.device, checked against the hardware)")
