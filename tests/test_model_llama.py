@@ -122,7 +122,7 @@ def test_flops_match_the_flop_counter(space: SearchSpace, supernet: SuperGPT) ->
 
 
 def test_breakdown_labels_every_llama_step(space: SearchSpace) -> None:
-    from hwgptbench.measure.breakdown import module_class
+    from hwgptbench.runtime.breakdown import module_class
 
     model = GPT(GPTConfig.from_space(space, space.largest(), VOCAB))
     labels = {module_class(n, m) for n, m in model.named_modules()}

@@ -13,14 +13,15 @@ import torch
 import yaml
 
 from conftest import REPO_ROOT
-from hwgptbench import runtime, surrogates
+from hwgptbench import surrogates
 from hwgptbench.api import Benchmark, QueryError
-from hwgptbench.measure.breakdown import MODULE_CLASSES, OTHER, profile_breakdown
 from hwgptbench.measure.condition import Condition
 from hwgptbench.measure.device import auto_label, fingerprint
 from hwgptbench.measure.latency import measure_latency
 from hwgptbench.measure.runner import Settings, build_model
-from hwgptbench.measure.workloads import Unsupported, Workload, build_workload
+from hwgptbench.runtime import stage as runtime
+from hwgptbench.runtime.breakdown import MODULE_CLASSES, OTHER, profile_breakdown
+from hwgptbench.runtime.workloads import Unsupported, Workload, build_workload
 from hwgptbench.space import Arch, SearchSpace
 
 SPACE = SearchSpace.from_dict("small", {

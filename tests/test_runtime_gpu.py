@@ -14,12 +14,12 @@ import torch
 import yaml
 
 from conftest import REPO_ROOT
-from hwgptbench import runtime
-from hwgptbench.measure.breakdown import profile_breakdown
 from hwgptbench.measure.condition import Condition
 from hwgptbench.measure.latency import measure_latency
 from hwgptbench.measure.runner import Settings
-from hwgptbench.measure.workloads import build_workload, cuda_peak_memory, unsupported_reason
+from hwgptbench.runtime import stage as runtime
+from hwgptbench.runtime.breakdown import profile_breakdown
+from hwgptbench.runtime.workloads import build_workload, cuda_peak_memory, unsupported_reason
 from hwgptbench.schema import OTHER
 from hwgptbench.space import Arch, SearchSpace
 

@@ -25,6 +25,7 @@ from .errors import UserError
 from .hwgpt_import import commands as hwgpt_import_commands
 from .measure import commands as measure_commands
 from .perplexity import commands as perplexity_commands
+from .runtime import commands as runtime_commands
 from .space import SearchSpace, read_archs
 from .supernet import commands as supernet_commands
 
@@ -69,34 +70,6 @@ def cmd_validate(args: argparse.Namespace) -> None:
     for path in args.params or ["params.yaml"]:
         params.load(path)
         print(f"{path}: valid")
-
-
-def cmd_runtime(args: argparse.Namespace) -> None:
-    """Time workloads under runtime options and break their time down by module, here."""
-    from . import runtime
-    from .measure import stage as measurements
-
-    config = _load(args, ["measure", "runtime", "spaces"])
-    space, vocab_size = _space(config, args.scale), _vocab_size(args)
-    measure = config["measure"]
-    label = measurements.device_label({**measure, "device": args.device or measure["device"]},
-                                      measure["threads"])
-    table, breakdown = runtime.measure_runtime(
-        config["runtime"], measure["threads"], space, read_archs(args.archs), vocab_size,
-        label, measure["aliases"])
-    runtime.write_runtime(table, breakdown, args.out, args.breakdown_out)
-    log.info("wrote %s (%d rows) and %s (%d rows) on %s", args.out, table.height,
-             args.breakdown_out, breakdown.height, label)
-
-
-def cmd_merge_runtime(args: argparse.Namespace) -> None:
-    """Merge the runtime and breakdown tables of every device of a scale."""
-    from . import runtime
-
-    table = runtime.merge_tables(args.runtime, args.out)
-    breakdown = runtime.merge_tables(args.breakdown, args.breakdown_out)
-    log.info("wrote %s (%d rows) and %s (%d rows)", args.out, table.height, args.breakdown_out,
-             breakdown.height)
 
 
 def cmd_fit_surrogates(args: argparse.Namespace) -> None:
@@ -360,17 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     supernet_commands.register(add)
     perplexity_commands.register(add)
     measure_commands.register(add)
-    command = add("runtime", cmd_runtime)
-    _scale_and_vocab(command)
-    command.add_argument("--device", help="device label, or auto (default: measure.device)")
-    command.add_argument("--archs", required=True, help="archs table of the sample stage")
-    command.add_argument("--out", required=True, help="runtime table (parquet)")
-    command.add_argument("--breakdown-out", required=True, help="breakdown table (parquet)")
-    command = add("merge-runtime", cmd_merge_runtime, params=False)
-    command.add_argument("--runtime", nargs="*", default=[], help="runtime tables")
-    command.add_argument("--breakdown", nargs="*", default=[], help="breakdown tables")
-    command.add_argument("--out", required=True, help="merged runtime table (parquet)")
-    command.add_argument("--breakdown-out", required=True, help="merged breakdown table")
+    runtime_commands.register(add)
     command = add("fit-surrogates", cmd_fit_surrogates)
     _scale_and_vocab(command)
     table = command.add_mutually_exclusive_group(required=True)

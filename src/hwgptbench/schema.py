@@ -14,7 +14,7 @@ import polars as pl
 OTHER = "other"
 MODULE_CLASSES = ("embedding", "qkv_proj", "attention_core", "out_proj", "mlp_up",
                   "mlp_activation", "mlp_down", "norm", "residual", "lm_head")
-# ranges the workloads record themselves (hwgptbench.measure.workloads)
+# ranges the workloads record themselves (hwgptbench.runtime.workloads)
 STAGE_CLASSES = ("sampling", "backward", "optimizer")
 
 

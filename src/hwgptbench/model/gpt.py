@@ -16,7 +16,7 @@ of Hugging Face LLaMA checkpoints); ``n_kv_head = 0`` gives every query head its
 
 Every step of the forward is a module (the attention core, the activation, the residual sums
 and the tied LM head are parameterless ones), so forward hooks see each and the per-module time
-breakdown (:mod:`hwgptbench.measure.breakdown`) attributes the whole forward. A
+breakdown (:mod:`hwgptbench.runtime.breakdown`) attributes the whole forward. A
 :class:`KVCache` makes autoregressive decoding one token per call; ``recompute`` checkpoints each
 block's activations in training (recomputed in the backward pass).
 """

@@ -29,14 +29,14 @@ import torch.nn as nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import record_function
 
+from ..measure.condition import Condition
+from ..measure.device import DTYPES, dtype_unsupported_reason
+from ..measure.memory import MB, tensor_bytes
+from ..measure.quantize import QuantizationUnsupported, quantize
+from ..measure.quantize import unsupported_reason as quant_unsupported_reason
+from ..measure.runner import build_model, inputs
 from ..model import GPT
 from ..space import Arch, SearchSpace
-from .condition import Condition
-from .device import DTYPES, dtype_unsupported_reason
-from .memory import MB, tensor_bytes
-from .quantize import QuantizationUnsupported, quantize
-from .quantize import unsupported_reason as quant_unsupported_reason
-from .runner import build_model, inputs
 
 BACKENDS = {"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}

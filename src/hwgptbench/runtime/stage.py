@@ -11,7 +11,7 @@ that workload alone on the device (a memory pass before the timing); on the CPU
 it is not measured here (a fresh process per row, as the measure stage pays, would dominate
 the stage), and the row says so.
 
-The per-module breakdown (:mod:`hwgptbench.measure.breakdown`) profiles the default conditions
+The per-module breakdown (:mod:`hwgptbench.runtime.breakdown`) profiles the default conditions
 of the first dtype for ``runtime.breakdown.n_archs`` of those archs.
 """
 
@@ -28,30 +28,30 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
-from .io import write_parquet
-from .measure.breakdown import profile_breakdown
-from .measure.condition import Condition
-from .measure.device import default_device, fingerprint, resolve_label
-from .measure.flops import forward_flops
-from .measure.latency import (
+from ..io import write_parquet
+from ..measure.condition import Condition
+from ..measure.device import default_device, fingerprint, resolve_label
+from ..measure.flops import forward_flops
+from ..measure.latency import (
     LATENCY_FIELDS,
     CallFailed,
     is_out_of_memory,
     measure_latency,
     measure_latency_interleaved,
 )
-from .measure.memory import unmeasured
-from .measure.runner import Settings
-from .measure.stage import NULLABLE
-from .measure.workloads import (
+from ..measure.memory import unmeasured
+from ..measure.runner import Settings
+from ..measure.stage import NULLABLE
+from ..space import Arch, SearchSpace
+from ..versions import library_versions
+from .breakdown import profile_breakdown
+from .workloads import (
     Unsupported,
     Workload,
     build_workload,
     cuda_peak_memory,
     unsupported_reason,
 )
-from .space import Arch, SearchSpace
-from .versions import library_versions
 
 log = logging.getLogger(__name__)
 

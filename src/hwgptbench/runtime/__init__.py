@@ -1,0 +1,8 @@
+"""The runtime stage: how a model is run changes its cost.
+
+``workloads`` builds what is timed (prefill, decode, a train step) under runtime options
+(attention backend, int8, recompute, compile), ``breakdown`` attributes the time of a call to
+module classes with ``torch.profiler``, and ``stage`` measures the runtime and breakdown tables
+of one device and merges devices. The timing itself is the measure stage's
+(:mod:`hwgptbench.measure.latency`).
+"""
