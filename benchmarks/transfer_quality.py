@@ -29,9 +29,8 @@ import polars as pl
 
 from hwgptbench import data, params
 from hwgptbench.io import write_parquet
-from hwgptbench.measure.condition import CONDITION_KEYS
+from hwgptbench.measure.condition import CONDITION_KEYS, with_condition_columns
 from hwgptbench.space import SearchSpace
-from hwgptbench.surrogates import with_condition_columns
 from hwgptbench.transfer import evaluate, retest, summarize
 
 TABLE_FORMAT = {"tbl_rows": 100, "tbl_cols": 20, "tbl_width_chars": 220, "float_precision": 3,

@@ -12,9 +12,10 @@ import polars as pl
 import pytest
 
 from conftest import run
-from hwgptbench import Benchmark, surrogates
+from hwgptbench import Benchmark
 from hwgptbench.api import QueryError, closest_conditions, measured_default
 from hwgptbench.space import SearchSpace
+from hwgptbench.surrogate import stage as surrogates
 from hwgptbench.surrogate.features import analytic_counts
 
 SPACE = SearchSpace.from_dict("tiny", {

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import hwgptbench
-from hwgptbench import surrogates
 from hwgptbench.errors import UserError
 from hwgptbench.space import SearchSpace
+from hwgptbench.surrogate import stage as surrogates
 from test_api import DEVICE, SECTION, SPACE, VOCAB, synthetic_tables
 
 # exceptions that never reach a user: each is caught where it is raised, and why

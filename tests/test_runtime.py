@@ -13,7 +13,6 @@ import torch
 import yaml
 
 from conftest import REPO_ROOT
-from hwgptbench import surrogates
 from hwgptbench.api import Benchmark, QueryError
 from hwgptbench.measure.condition import Condition
 from hwgptbench.measure.device import auto_label, fingerprint
@@ -23,6 +22,7 @@ from hwgptbench.runtime import stage as runtime
 from hwgptbench.runtime.breakdown import MODULE_CLASSES, OTHER, profile_breakdown
 from hwgptbench.runtime.workloads import Unsupported, Workload, build_workload
 from hwgptbench.space import Arch, SearchSpace
+from hwgptbench.surrogate import stage as surrogates
 
 SPACE = SearchSpace.from_dict("small", {
     "embed_dim": [32, 48], "n_layer": [1, 2, 4], "n_head": [2, 3], "mlp_ratio": [2, 4],

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import Hostile
-from hwgptbench import Benchmark, surrogates
+from hwgptbench import Benchmark
 from hwgptbench.compress import finetune
 from hwgptbench.compress.dense import load_dense
 from hwgptbench.data import TokenShards
@@ -22,6 +22,7 @@ from hwgptbench.io import TorchFileError
 from hwgptbench.perplexity.evaluate import evaluate_supernets
 from hwgptbench.space import SearchSpace
 from hwgptbench.supernet import train
+from hwgptbench.surrogate import stage as surrogates
 
 SPACE = SearchSpace.from_dict("tiny", {
     "embed_dim": [32, 64], "n_layer": [1, 2], "n_head": [2, 4], "mlp_ratio": [2, 4],

@@ -10,10 +10,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from hwgptbench import surrogates
 from hwgptbench.measure.flops import forward_flops
 from hwgptbench.space import SearchSpace
 from hwgptbench.surrogate import Surrogate
+from hwgptbench.surrogate import stage as surrogates
 from hwgptbench.surrogate.conformal import ConformalSurrogate, cross_conformal, widen, widening
 from hwgptbench.surrogate.features import analytic_counts, feature_matrix, feature_names
 from hwgptbench.surrogate.lightgbm_model import LightGBMSurrogate

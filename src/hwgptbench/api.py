@@ -35,12 +35,18 @@ import numpy as np
 import polars as pl
 
 from .errors import UserError
-from .measure.condition import CONDITION_KEYS, DEFAULTS, SHAPE_KEYS, Condition
+from .measure.condition import (
+    CONDITION_KEYS,
+    DEFAULTS,
+    SHAPE_KEYS,
+    Condition,
+    with_condition_columns,
+)
+from .schema import ANY
 from .space import Arch, SearchSpace
 from .surrogate import Surrogate
 from .surrogate.features import features_of_encoded
 from .surrogate.store import METADATA, load_surrogate
-from .surrogates import ANY, with_condition_columns
 
 PERPLEXITY = "perplexity"
 MODES = ("surrogate", "measured")

@@ -28,6 +28,7 @@ from .perplexity import commands as perplexity_commands
 from .runtime import commands as runtime_commands
 from .space import SearchSpace, read_archs
 from .supernet import commands as supernet_commands
+from .surrogate import commands as surrogate_commands
 
 if TYPE_CHECKING:
     from .search import Problem
@@ -70,33 +71,6 @@ def cmd_validate(args: argparse.Namespace) -> None:
     for path in args.params or ["params.yaml"]:
         params.load(path)
         print(f"{path}: valid")
-
-
-def cmd_fit_surrogates(args: argparse.Namespace) -> None:
-    """Fit and cross-validate the surrogates of one device's table, or of perplexity."""
-    from . import surrogates
-
-    config = _load(args, ["surrogate", "spaces"])
-    space, vocab_size = _space(config, args.scale), _vocab_size(args)
-    if args.perplexity:
-        quality = surrogates.fit_perplexity(config["surrogate"], space, vocab_size,
-                                            pl.read_parquet(args.perplexity), args.out)
-    else:
-        tables = [pl.read_parquet(path) for path in [args.measurements, *args.runtime]]
-        quality = surrogates.fit_device(config["surrogate"], space, vocab_size,
-                                        pl.concat(tables, how="diagonal_relaxed"), args.out)
-    log.info("wrote %s: %d surrogates", args.out, quality.filter(pl.col("status") == "ok").height)
-
-
-def cmd_merge_quality(args: argparse.Namespace) -> None:
-    """Merge surrogate quality tables into one table and a DVC metrics file."""
-    from . import surrogates
-
-    quality = surrogates.merge_quality(args.inputs, args.scale, args.out, args.metrics_out)
-    with pl.Config(tbl_rows=100, tbl_cols=12, tbl_width_chars=200):
-        print(quality.filter(pl.col("status") == "ok").select(
-            "metric", "device", "condition", "family", "rows", "r2", "kendall_tau",
-            "within_5pct", "mdape", "max_ape", "coverage", "selected"))
 
 
 def _vocab_size(args: argparse.Namespace) -> int:
@@ -334,19 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     perplexity_commands.register(add)
     measure_commands.register(add)
     runtime_commands.register(add)
-    command = add("fit-surrogates", cmd_fit_surrogates)
-    _scale_and_vocab(command)
-    table = command.add_mutually_exclusive_group(required=True)
-    table.add_argument("--measurements", help="a device table (fits hardware metrics)")
-    table.add_argument("--perplexity", help="the perplexity table (fits perplexity)")
-    command.add_argument("--runtime", nargs="*", default=[],
-                         help="the device's runtime tables, fitted with --measurements")
-    command.add_argument("--out", required=True, help="output folder")
-    command = add("merge-quality", cmd_merge_quality, params=False)
-    command.add_argument("--scale", default="tiny", help="search space (default: %(default)s)")
-    command.add_argument("--out", required=True, help="quality table (parquet)")
-    command.add_argument("--metrics-out", required=True, help="DVC metrics file (JSON)")
-    command.add_argument("inputs", nargs="+", help="quality tables to merge")
+    surrogate_commands.register(add)
     command = add("transfer", cmd_transfer)
     _scale_and_vocab(command)
     command.add_argument("--measurements", required=True,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import polars as pl
 
+ANY = "any"  # device and condition of perplexity (quality, surrogates), which depends on neither
+
 # Categories of the runtime breakdown table (``category`` column of the ``modules`` view)
 OTHER = "other"
 MODULE_CLASSES = ("embedding", "qkv_proj", "attention_core", "out_proj", "mlp_up",

@@ -37,7 +37,7 @@ PathLike = str | os.PathLike[str]
 
 def measured(measurements: pl.DataFrame) -> pl.DataFrame:
     """The ok rows of a measurements table with a ``condition`` column
-    (``b{batch}-t{seq}-{dtype}-{launch}``, as ``hwgptbench.surrogates.condition_id``)."""
+    (``b{batch}-t{seq}-{dtype}-{launch}``, as ``hwgptbench.measure.condition.condition_id``)."""
     return (measurements.filter(pl.col("status") == "ok")
             .with_columns(condition=pl.format("b{}-t{}-{}-{}", "batch_size", "seq_len", "dtype",
                                               "launch"))

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .device import DTYPES
+
+if TYPE_CHECKING:
+    import polars as pl
 
 LAUNCHES = ("eager", "cuda_graph")
 WORKLOADS = ("prefill", "decode", "train_step")
@@ -136,3 +139,20 @@ class Condition:
 CONDITION_KEYS = tuple(field.name for field in fields(Condition))
 DEFAULTS = {field.name: field.default for field in fields(Condition)
             if field.name not in ("batch_size", "seq_len", "dtype")}
+
+
+def condition_id(batch_size: int, seq_len: int, dtype: str, launch: str = "eager",
+                 **options: Any) -> str:
+    """Folder-safe name of a measurement condition, e.g. ``b1-t128-fp32-eager`` (runtime
+    options, see :class:`~hwgptbench.measure.condition.Condition`, append parts)."""
+    return Condition(batch_size, seq_len, dtype, launch, **options).id
+
+
+def with_condition_columns(table: pl.DataFrame) -> pl.DataFrame:
+    """table with every condition column, holding its default where the table lacks it or
+    it is null (rows measured before the runtime options existed)."""
+    import polars as pl  # not at the top: measurement machines need torch and numpy only
+
+    return table.with_columns(
+        pl.col(key).fill_null(value) if key in table.columns else pl.lit(value).alias(key)
+        for key, value in DEFAULTS.items())

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..api import Benchmark
-from ..surrogates import condition_id
+from ..measure.condition import condition_id
 from .algorithms import ALGORITHMS
 from .problem import Problem
 from .reference import Reference, compute_reference, load_reference, save_reference

@@ -30,20 +30,20 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from .io import atomic_dir, atomic_write_json, write_parquet
-from .measure.condition import CONDITION_KEYS, DEFAULTS, Condition
-from .space import SearchSpace, read_archs_from
-from .surrogate import Surrogate
-from .surrogate.blend import BlendSurrogate
-from .surrogate.conformal import ConformalSurrogate, cross_conformal
-from .surrogate.features import feature_matrix
-from .surrogate.quality import fold_indices, out_of_fold, score
-from .surrogate.store import load_surrogate, save_surrogate
-from .versions import library_versions
+from ..io import atomic_dir, atomic_write_json, write_parquet
+from ..measure.condition import CONDITION_KEYS, condition_id, with_condition_columns
+from ..schema import ANY
+from ..space import SearchSpace, read_archs_from
+from ..versions import library_versions
+from . import Surrogate
+from .blend import BlendSurrogate
+from .conformal import ConformalSurrogate, cross_conformal
+from .features import feature_matrix
+from .quality import fold_indices, out_of_fold, score
+from .store import load_surrogate, save_surrogate
 
 log = logging.getLogger(__name__)
 
-ANY = "any"  # device and condition of perplexity, which depends on neither
 QUALITY_SCHEMA = {
     "metric": pl.String, "device": pl.String, "condition": pl.String, "family": pl.String,
     "status": pl.String, "reason": pl.String, "rows": pl.Int64, "r2": pl.Float64,
@@ -69,37 +69,22 @@ def fidelity_condition(train_steps: int) -> str:
     return f"steps-{train_steps}"
 
 
-def condition_id(batch_size: int, seq_len: int, dtype: str, launch: str = "eager",
-                 **options: Any) -> str:
-    """Folder-safe name of a measurement condition, e.g. ``b1-t128-fp32-eager`` (runtime
-    options, see :class:`~hwgptbench.measure.condition.Condition`, append parts)."""
-    return Condition(batch_size, seq_len, dtype, launch, **options).id
-
-
-def with_condition_columns(table: pl.DataFrame) -> pl.DataFrame:
-    """table with every condition column, holding its default where the table lacks it or
-    it is null (rows measured before the runtime options existed)."""
-    return table.with_columns(
-        pl.col(key).fill_null(value) if key in table.columns else pl.lit(value).alias(key)
-        for key, value in DEFAULTS.items())
-
-
 def make_factory(section: dict[str, Any], family: str) -> Callable[[], Surrogate]:
     """A constructor of fresh, unfitted surrogates of a family, from the params section; the
     families' own interval calibration is off, the stage calibrates every family alike
-    (:mod:`.surrogate.conformal`)."""
+    (:mod:`.conformal`)."""
     coverage, seed = section["coverage"], section["seed"]
     if family == "lightgbm":
-        from .surrogate.lightgbm_model import LightGBMSurrogate
+        from .lightgbm_model import LightGBMSurrogate
 
         tail = (1 - coverage) / 2
         return lambda: LightGBMSurrogate(section["lightgbm"], (tail, 1 - tail), seed=seed,
                                          calibration_folds=0)
     if family == "linear":
-        from .surrogate.linear import LinearSurrogate
+        from .linear import LinearSurrogate
 
         return lambda: LinearSurrogate(coverage)
-    from .surrogate.mlp import MLPEnsembleSurrogate
+    from .mlp import MLPEnsembleSurrogate
 
     return lambda: MLPEnsembleSurrogate(**section["mlp_ensemble"], seed=seed, coverage=coverage,
                                         calibration_folds=0)
