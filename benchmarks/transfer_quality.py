@@ -31,7 +31,7 @@ from hwgptbench import data, params
 from hwgptbench.io import write_parquet
 from hwgptbench.measure.condition import CONDITION_KEYS, with_condition_columns
 from hwgptbench.space import SearchSpace
-from hwgptbench.transfer import evaluate, retest, summarize
+from hwgptbench.transfer.evaluate import evaluate, retest, summarize
 
 TABLE_FORMAT = {"tbl_rows": 100, "tbl_cols": 20, "tbl_width_chars": 220, "float_precision": 3,
                 "tbl_hide_dataframe_shape": True, "tbl_hide_column_data_types": True}

@@ -39,7 +39,7 @@ SUBCOMMAND = re.compile(r"\bhwgptbench ([a-z][a-z0-9-]*)")
 # modules whose functions import lazily what only some callers use: the packages with lazy
 # attributes (`hwgptbench.Benchmark`, `hwgptbench.supernet.load_supernet`) and the registries of
 # subcommands, `cli.py` and every stage package's `commands.py` (each handler imports its stage)
-REGISTRIES = {PACKAGE, f"{PACKAGE}.supernet", f"{PACKAGE}.cli", *(
+REGISTRIES = {PACKAGE, f"{PACKAGE}.supernet", f"{PACKAGE}.cli", f"{PACKAGE}.commands", *(
     f"{PACKAGE}.{path.parent.name}.commands" for path in SRC.glob(f"{PACKAGE}/*/commands.py"))}
 PARAMS_FILE = re.compile(r"results/\.params/([A-Za-z0-9_.]+)\.json")
 
@@ -296,6 +296,55 @@ def test_a_missing_module_or_params_section_is_named(stages: list[Stage], jobs: 
                          "params in dvc.yaml")
     # the package's __init__ and commands.py are the data stage's (the CLI imports them)
     assert not [line for line in found if "surrogate/commands.py" in line]
+
+
+def test_package_code_imports_lazy_names_from_their_modules() -> None:
+    """A package that exports names lazily (``lazy_exports`` or a module ``__getattr__``)
+    hides the module behind a name from the closure above, so package code imports the
+    module itself: ``from ..search.runner import run``, not ``from ..search import run``."""
+    lazy = {module: _defined_names(module) for module in _package_modules()
+            if module_file(module).name == "__init__.py"  # type: ignore[union-attr]
+            and "__getattr__" in module_file(module).read_text()}  # type: ignore[union-attr]
+    assert {f"{PACKAGE}.search", f"{PACKAGE}.supernet"} <= set(lazy)  # the scan finds them
+    found = []
+    for module in sorted(_package_modules()):
+        tree = ast.parse(module_file(module).read_text())  # type: ignore[union-attr]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and not _typing_only(node):
+                base = _from_base(module, node)
+                found += [f"{module}: imports {alias.name} from {base}" for alias in node.names
+                          if base in lazy and alias.name not in lazy[base]
+                          and module_file(f"{base}.{alias.name}") is None]
+    assert not found, "\n".join(found)
+
+
+def _from_base(module: str, node: ast.ImportFrom) -> str:
+    """The module a ``from ... import`` inside ``module`` imports from."""
+    if not node.level:
+        return node.module or ""
+    is_package = module_file(module).name == "__init__.py"  # type: ignore[union-attr]
+    parts = module.split(".")[: len(module.split(".")) - node.level + is_package]
+    return ".".join(parts + ([node.module] if node.module else []))
+
+
+def _defined_names(module: str) -> set[str]:
+    """Names a module defines at its top level (not lazily)."""
+    tree = ast.parse(module_file(module).read_text())  # type: ignore[union-attr]
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names - {"__getattr__"}
+
+
+def _package_modules() -> set[str]:
+    """Every module of the package, by dotted name."""
+    return {".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
+            for path in (SRC / PACKAGE).rglob("*.py")}
 
 
 def test_plots_follow_the_configured_scales() -> None:

@@ -16,14 +16,17 @@ from hwgptbench.figures.transfer import transfer_quality, transfer_table
 from hwgptbench.space import Arch, SearchSpace
 from hwgptbench.surrogate.features import analytic_counts
 from hwgptbench.surrogate.quality import fold_indices
-from hwgptbench.transfer import TransferError, evaluate, retest, summarize
+from hwgptbench.transfer import TransferError
 from hwgptbench.transfer.adapt import adapt_device
 from hwgptbench.transfer.evaluate import (
     Case,
     adapt_predictions,
+    evaluate,
     held_out_case,
+    retest,
     scores,
     source_indices,
+    summarize,
 )
 from hwgptbench.transfer.methods import make_method
 from hwgptbench.transfer.selection import SelectionError, select

@@ -1,4 +1,4 @@
-from hwgptbench.catalog import FIGURES, TABLES
+from hwgptbench.figures.catalog import FIGURES, TABLES
 
 # imported perplexities come without a supernet, so without its training-loss figure
 SCALE_FIGURES = [name for name in FIGURES if not (IMPORTED and name == "supernet_loss")]

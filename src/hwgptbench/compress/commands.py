@@ -10,22 +10,19 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from .. import data, io, params
+from ..options import Add
 from ..space import SearchSpace
 
 if TYPE_CHECKING:
     from .evaluate import SubnetEvaluator
 
 log = logging.getLogger(__name__)
-
-Add = Callable[..., argparse.ArgumentParser]
-
 
 # the entries of the compress section each command reads (the workflow passes just their files)
 READS = {

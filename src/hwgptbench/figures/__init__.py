@@ -5,14 +5,24 @@ Every figure function takes polars tables and an output stem and returns the pat
 logged reason when the tables hold nothing to draw.
 """
 
-from __future__ import annotations
+from ..lazy import lazy_exports
 
-from .benchmark import device_correlation, dimension_effects, loss_curve, pareto_3d, pareto_fronts
-from .search import attainment_surfaces, hypervolume_curves
-from .style import save
-from .surrogate import surrogate_calibration, surrogate_scatter
-from .tables import device_summary, hypervolume_table, quality_table, write_table
-
+__getattr__ = lazy_exports(__name__, {
+    "attainment_surfaces": "search",
+    "device_correlation": "benchmark",
+    "device_summary": "tables",
+    "dimension_effects": "benchmark",
+    "hypervolume_curves": "search",
+    "hypervolume_table": "tables",
+    "loss_curve": "benchmark",
+    "pareto_3d": "benchmark",
+    "pareto_fronts": "benchmark",
+    "quality_table": "tables",
+    "save": "style",
+    "surrogate_calibration": "surrogate",
+    "surrogate_scatter": "surrogate",
+    "write_table": "tables",
+})
 __all__ = ["attainment_surfaces", "device_correlation", "device_summary", "dimension_effects",
            "hypervolume_curves", "hypervolume_table", "loss_curve", "pareto_3d", "pareto_fronts",
            "quality_table", "save", "surrogate_calibration", "surrogate_scatter", "write_table"]

@@ -6,16 +6,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 from .. import params
+from ..options import Add
 from ..space import SearchSpace
 from .source import FILES, REV, URL, VOCAB_SIZE
 
 log = logging.getLogger(__name__)
 
-Add = Callable[..., argparse.ArgumentParser]
 FOLDER = "data/hwgptbench"
 
 

@@ -7,10 +7,18 @@ k archs to measure), :mod:`.model` (the stored ``adapted`` surrogate family), :m
 (leave-one-target-out quality, baselines, summary), :mod:`.adapt` (`hwgptbench adapt`).
 """
 
-from .evaluate import BASELINES, UPPER_BOUND, evaluate, retest, summarize
-from .methods import METHODS
-from .selection import SELECTIONS, SelectionError
-from .targets import Target, TransferError
+from ..lazy import lazy_exports
 
+__getattr__ = lazy_exports(__name__, {
+    "BASELINES": "evaluate",
+    "METHODS": "methods",
+    "SELECTIONS": "selection",
+    "SelectionError": "selection",
+    "Target": "targets",
+    "TransferError": "targets",
+    "UPPER_BOUND": "evaluate",
+    "retest": "evaluate",
+    "summarize": "evaluate",
+})
 __all__ = ["BASELINES", "METHODS", "SELECTIONS", "SelectionError", "Target", "TransferError",
-           "UPPER_BOUND", "evaluate", "retest", "summarize"]
+           "UPPER_BOUND", "retest", "summarize"]

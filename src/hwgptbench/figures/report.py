@@ -17,10 +17,10 @@ from pathlib import Path
 
 import polars as pl
 
-from .figures import benchmark, runtime, search, surrogate, tables, transfer
-from .io import atomic_path
-from .schema import fully_trained
-from .search.summary import read_runs
+from ..io import atomic_path
+from ..schema import fully_trained
+from ..search.summary import read_runs
+from . import benchmark, runtime, search, surrogate, tables, transfer
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,6 @@ import yaml
 
 from .errors import UserError
 from .io import atomic_path
-from .measure.stage import MeasurementError
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +134,7 @@ def publish_device(scale: str, label: str, results: str | Path = "results",
             "with the device in workflow.devices)")
     labels = set(pl.read_parquet(source, columns=["device"])["device"])
     if labels != {label}:
-        raise MeasurementError(f"{source} holds devices {sorted(labels)}, not only {label!r}")
+        raise UserError(f"{source} holds devices {sorted(labels)}, not only {label!r}")
     dest = Path(folder, scale, f"{label}.parquet")
     dest.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(dest) as tmp:

@@ -1,0 +1,106 @@
+"""The subcommands of no single stage: ``query`` the benchmark, ``publish-device`` and
+``pull`` results through the DVC remote, ``unlock-stale`` after an interrupted run."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import polars as pl
+
+from .io import write_parquet
+from .options import Add, load, scale_and_results
+
+log = logging.getLogger("hwgptbench")
+
+
+def cmd_query(args: argparse.Namespace) -> None:
+    """Predicted (or measured) metrics of archs on a device."""
+    from .api import Benchmark, QueryError
+
+    bench = Benchmark.load(args.scale, args.results, family=args.family)
+    ids = list(args.arch or [])
+    if args.archs_file:
+        ids += [line.strip() for line in Path(args.archs_file).read_text().splitlines()
+                if line.strip()]
+    if not ids:
+        raise QueryError("give archs with --arch ID (repeatable) or --archs-file FILE")
+    table = bench.query(ids, args.metric, device=args.device, condition=args.condition,
+                        mode=args.mode, return_interval=args.interval,
+                        fidelity=args.fidelity)
+    if args.mode == "surrogate":
+        for row in bench.used().iter_rows(named=True):
+            log.info("%s on %s, %s: %s surrogate", row["metric"], row["device"],
+                     row["condition"], row["family"])
+    if args.out:
+        out = Path(args.out)
+        if out.suffix == ".csv":
+            table.write_csv(out)
+        else:
+            write_parquet(table, out)
+        log.info("wrote %s: %d rows", out, table.height)
+    else:
+        with pl.Config(tbl_rows=len(table), fmt_str_lengths=60, tbl_width_chars=160):
+            print(table)
+
+
+def cmd_publish_device(args: argparse.Namespace) -> None:
+    """Publish a device's measurement table (devices/{scale}/{label}.parquet) to the DVC remote."""
+    from .measure.stage import device_label
+    from .remote import publish_device
+
+    section = load(args, ["measure"])["measure"]
+    label = args.device or device_label(section, section["threads"])
+    pointer = publish_device(args.scale, label, args.results, push=not args.no_push,
+                             remote=args.remote)
+    print(f"published {label}; commit the pointer: git add {pointer} {pointer.parent}/.gitignore "
+          f"&& git commit -m 'Measurements of {label}'")
+
+
+def cmd_pull(args: argparse.Namespace) -> None:
+    """Fetch results from the DVC remote; mark those that are current up to date for Snakemake."""
+    from .remote import pull
+
+    pull(args.targets, remote=args.remote)
+
+
+def cmd_unlock_stale(args: argparse.Namespace) -> None:
+    """Remove the Snakemake and DVC locks of an interrupted run, when none still runs here."""
+    from .locks import clear_stale_locks
+
+    clear_stale_locks(Path(args.project))
+
+
+def register(add: Add) -> None:
+    """Add the subcommands through the CLI's ``add``."""
+    command = add("query", cmd_query, params=False)
+    scale_and_results(command)
+    command.add_argument("--device", help="device label (see the quality table; default: the "
+                                          "only device)")
+    command.add_argument("--metric", action="append", required=True,
+                         help="metric, repeatable: perplexity, latency_ms, energy_mj, ...")
+    command.add_argument("--condition", help="condition id, e.g. b1-t128-fp32-eager (default: "
+                                             "the first the measure params define)")
+    command.add_argument("--arch", action="append", help="arch id, repeatable")
+    command.add_argument("--archs-file", help="file of arch ids, one per line")
+    command.add_argument("--mode", choices=["surrogate", "measured"], default="surrogate")
+    command.add_argument("--interval", action="store_true", help="add the surrogate's interval")
+    command.add_argument("--fidelity", type=int, help="perplexity of the supernet after this "
+                                                      "many training steps (default: fully "
+                                                      "trained)")
+    command.add_argument("--family", default="best",
+                         help="surrogate family: best (per metric, device and condition, the "
+                              "one its quality table selected) or lightgbm, mlp_ensemble, blend")
+    command.add_argument("--out", help="write .parquet or .csv instead of printing")
+    command = add("publish-device", cmd_publish_device)
+    scale_and_results(command)
+    command.add_argument("--device", help="device label (default: this machine's, from the "
+                                          "measure params)")
+    command.add_argument("--no-push", action="store_true", help="dvc add only, push later")
+    command.add_argument("--remote", help="DVC remote name (default: the configured default)")
+    command = add("pull", cmd_pull, params=False)
+    command.add_argument("targets", nargs="*", help="stages to pull (default: all)")
+    command.add_argument("--remote", help="DVC remote name (default: the configured default)")
+    command = add("unlock-stale", cmd_unlock_stale, params=False)
+    command.add_argument("--project", default=".", help="project folder (default: .)")

@@ -1,0 +1,99 @@
+"""The search stage's subcommands: ``search-reference``, ``search`` and ``search-summary``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from .. import params
+from ..io import atomic_write_json, write_parquet
+from ..options import Add, load, one_of, scale_and_results
+
+if TYPE_CHECKING:
+    from .problem import Problem
+
+log = logging.getLogger("hwgptbench")
+
+
+def _search_problem(args: argparse.Namespace) -> tuple[dict, Problem]:
+    """The search section and the problem of --objectives on --device."""
+    from ..api import Benchmark
+    from .problem import make_problem
+
+    loaded = load(args, ["search", "surrogate"])
+    config, family = loaded["search"], loaded["surrogate"]["default_family"]
+    if args.objectives not in config["objective_sets"]:
+        raise params.ParamsError(f"--objectives {args.objectives!r} is not a key of "
+                                 f"search.objective_sets ({', '.join(config['objective_sets'])})")
+    bench = Benchmark.load(args.scale, args.results, family=family)
+    return config, make_problem(bench, config["objective_sets"][args.objectives], args.device,
+                                config["condition"])
+
+
+def cmd_search_reference(args: argparse.Namespace) -> None:
+    """Scaling, reference point and reference Pareto front of one objective set on a device."""
+    from .reference import compute_reference, save_reference
+
+    config, problem = _search_problem(args)
+    reference, front = compute_reference(problem, config["reference_archs"],
+                                         config["reference_seed"])
+    save_reference(reference, front, args.out)
+    log.info("wrote %s: %d front archs, hypervolume %.4f", args.out, front.height,
+             reference.hypervolume)
+
+
+def cmd_search(args: argparse.Namespace) -> None:
+    """Run one search algorithm for every seed against the surrogate benchmark."""
+    import torch
+
+    from .algorithms import options_of
+    from .reference import load_reference
+    from .runner import run_seeds
+
+    config, problem = _search_problem(args)
+    torch.set_num_threads(args.threads)
+    run_seeds(problem, load_reference(args.reference), args.algorithm, config["budget"],
+              range(config["seeds"]), options_of(args.algorithm, config["options"]), args.out,
+              {"objectives": args.objectives, "device": args.device})
+    log.info("wrote %s: %d runs of %s", args.out, config["seeds"], args.algorithm)
+
+
+def cmd_search_summary(args: argparse.Namespace) -> None:
+    """Final hypervolume per run, per-algorithm summary, attainment surfaces, DVC metrics."""
+    from . import summary
+
+    config = load(args, ["search"])["search"]
+    runs = summary.read_runs(args.inputs)
+    final = summary.final_runs(runs)
+    table = summary.summarize(final)
+    out = Path(args.out_dir)
+    write_parquet(final, out / "final.parquet")
+    write_parquet(table, out / "summary.parquet")
+    write_parquet(summary.attainment(runs, config["objective_sets"]), out / "attainment.parquet")
+    atomic_write_json(args.metrics_out, summary.metrics_document(table))
+    with pl.Config(tbl_rows=100, tbl_width_chars=160):
+        print(table)
+
+
+def register(add: Add) -> None:
+    """Add the subcommands through the CLI's ``add``."""
+    for name, func in (("search-reference", cmd_search_reference), ("search", cmd_search)):
+        command = add(name, func)
+        scale_and_results(command)
+        command.add_argument("--objectives", required=True, help="key of search.objective_sets")
+        command.add_argument("--device", required=True,
+                             help="device label of the hardware metrics")
+        command.add_argument("--out", required=True, help="output folder")
+    command.add_argument("--algorithm", required=True,
+                         type=one_of("hwgptbench.search.algorithms", "ALGORITHMS"),
+                         help="search algorithm (docs/search.md)")
+    command.add_argument("--reference", required=True, help="folder of search-reference")
+    command.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
+    command = add("search-summary", cmd_search_summary)
+    command.add_argument("--out-dir", required=True, help="folder of the summary tables")
+    command.add_argument("--metrics-out", required=True, help="DVC metrics file (JSON)")
+    command.add_argument("inputs", nargs="+", help="algorithm folders of search runs")

@@ -1,0 +1,113 @@
+"""The transfer stage's subcommands: ``transfer`` (leave-one-target-out quality) and
+``adapt`` (surrogates of a new device from k measured archs)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import polars as pl
+
+from ..io import write_parquet
+from ..options import (
+    Add,
+    load,
+    one_of,
+    scale_and_results,
+    scale_and_vocab,
+    space_of,
+    vocab_size,
+    vocab_source,
+)
+from ..space import read_archs
+
+log = logging.getLogger("hwgptbench")
+
+
+def cmd_transfer(args: argparse.Namespace) -> None:
+    """Leave-one-target-out quality of few-shot transfer to a new device or condition."""
+    from .evaluate import evaluate, summarize
+
+    config = load(args, ["transfer", "spaces"])
+    section = config["transfer"]
+    tables = [pl.read_parquet(path) for path in [args.measurements, *args.runtime]]
+    quality = evaluate(pl.concat(tables, how="diagonal_relaxed"), space_of(config, args.scale),
+                       vocab_size(args), section)
+    summary = summarize(quality, [section["report_k"]])
+    write_parquet(quality, args.out)
+    write_parquet(summary, args.summary_out)
+    log.info("wrote %s: %d rows, and %s", args.out, quality.height, args.summary_out)
+    for metric, hold_out, reason in quality.filter(
+            pl.col("status") == "skipped", pl.col("method").is_null()).select(
+            "metric", "hold_out", "reason").unique(maintain_order=True).iter_rows():
+        print(f"{metric}{f' (hold out {hold_out})' if hold_out else ''}: not evaluated: "
+              f"{reason}")
+    with pl.Config(tbl_rows=100, tbl_cols=16, tbl_width_chars=200, float_precision=3):
+        print(summary.select(
+            "metric", "hold_out", "method", "selection", "k", "targets", "spearman_median",
+            "spearman_worst", "kendall_tau_median", "within_10pct_median",
+            "within_10pct_worst", "mdape_median", "mdape_worst"))
+
+
+def cmd_adapt(args: argparse.Namespace) -> None:
+    """Adapt the hardware surrogates to a new device from k measured archs (measured on this
+    machine, or read from --measurements), for `Benchmark.query` and `hwgptbench query`."""
+    from ..api import ADAPTED
+    from ..measure.stage import device_label
+    from .adapt import adapt_device, measure_for_adaptation
+
+    config = load(args, ["transfer", "measure", "spaces"])
+    section, space, vocab = config["transfer"], space_of(config, args.scale), vocab_size(args)
+    root = Path(args.results) / args.scale
+    k = args.k or section["report_k"]
+    selection = args.selection or section["selection"]
+    sources = pl.read_parquet(args.sources or root / "measurements.parquet")
+    device = args.device
+    if args.measurements:
+        target = pl.read_parquet(args.measurements)
+    else:
+        measure = config["measure"]
+        device = device_label({**measure, "device": device}, measure["threads"])
+        candidates = read_archs(args.archs or root / "archs.parquet")
+        target = measure_for_adaptation(measure, space, candidates, vocab, device, k,
+                                        selection, section["seed"])
+    written = adapt_device(section, space, vocab, sources, target, device, k, root / ADAPTED,
+                           args.method, selection)
+    with pl.Config(tbl_rows=100, fmt_str_lengths=100, tbl_width_chars=200):
+        print(pl.DataFrame(written))
+    print(f"query it: hwgptbench query --scale {args.scale} --results {args.results} "
+          f"--device {device} --metric {written[0]['metric']} "
+          f"--condition {written[0]['condition']} --arch ARCH_ID")
+
+
+def register(add: Add) -> None:
+    """Add the subcommands through the CLI's ``add``."""
+    command = add("transfer", cmd_transfer)
+    scale_and_vocab(command)
+    command.add_argument("--measurements", required=True,
+                         help="the measurements table of the scale (all devices)")
+    command.add_argument("--runtime", nargs="*", default=[],
+                         help="runtime tables: their workloads and options are targets too")
+    command.add_argument("--out", required=True, help="quality table (parquet)")
+    command.add_argument("--summary-out", required=True,
+                         help="its summary at transfer.report_k (parquet)")
+    command = add("adapt", cmd_adapt)
+    scale_and_results(command)
+    command.add_argument("--device", required=True,
+                         help="label of the new device (measuring here: auto, this machine's "
+                              "label or an alias of it in measure.aliases)")
+    command.add_argument("--k", type=int, help="measured archs to adapt from (default: "
+                                               "transfer.report_k)")
+    command.add_argument("--measurements", help="the new device's measured rows (parquet); "
+                                                "default: measure k archs on this machine")
+    command.add_argument("--archs", help="candidate archs to measure (default: "
+                                         "{results}/{scale}/archs.parquet)")
+    command.add_argument("--sources", help="measurements of the source devices (default: "
+                                           "{results}/{scale}/measurements.parquet)")
+    command.add_argument("--method", type=one_of("hwgptbench.transfer.methods", "METHODS"),
+                         help="adaptation method (default: transfer.method; docs/transfer.md)")
+    command.add_argument("--selection",
+                         type=one_of("hwgptbench.transfer.selection", "SELECTIONS"),
+                         help="which archs to measure (default: transfer.selection)")
+    vocab_source(command)
