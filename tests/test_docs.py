@@ -38,3 +38,32 @@ def test_every_module_is_named_in_the_architecture_doc() -> None:
 def test_an_unnamed_module_is_found() -> None:
     doc = ARCHITECTURE.read_text().replace("`conformal.py`", "conformal")
     assert unnamed_modules(doc) == ["surrogate/conformal.py"]
+
+
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def broken_links(path: Path) -> list[str]:
+    """Relative markdown links of a file whose target does not exist."""
+    return [target for target in LINK.findall(path.read_text())
+            if "://" not in target and not (path.parent / target).exists()]
+
+
+def test_the_readme_is_a_map() -> None:
+    """Short, and every link resolves (detail lives in docs/)."""
+    readme = ROOT / "README.md"
+    assert len(readme.read_text().splitlines()) < 150
+    assert len(LINK.findall(readme.read_text())) >= 10
+    assert broken_links(readme) == []
+
+
+def test_links_between_documents_resolve() -> None:
+    assert {doc.name: broken_links(doc) for doc in sorted((ROOT / "docs").glob("*.md"))
+            if broken_links(doc)} == {}
+
+
+def test_a_broken_link_is_found(tmp_path: Path) -> None:
+    (tmp_path / "here.md").touch()
+    page = tmp_path / "page.md"
+    page.write_text("[a](here.md) [b](gone.md#part) [c](https://example.org/x.md)")
+    assert broken_links(page) == ["gone.md"]
