@@ -8,11 +8,12 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: run test pull install help hwgptbench lock
+.PHONY: run test quick pull install help hwgptbench lock
 
 help:
 	@echo "make run   - install into $(VENV) and run the workflow (dvc repro -> snakemake)"
 	@echo "make test  - install with the test extra, lint (ruff) and run the fast tests"
+	@echo "make quick - the same without the tests that spawn snakemake, dvc or torchrun (e2e)"
 	@echo "make pull  - fetch results from the DVC remote and mark them up to date"
 	@echo "make lock  - re-resolve pyproject.toml's ranges into requirements.lock (the installs' pins)"
 	@echo "make hwgptbench - HW-GPT-Bench's s space: import its perplexities, measure 500 archs"
@@ -79,3 +80,8 @@ TEST_THREADS ?= 1
 test: $(VENV)/.installed-test
 	ruff check .
 	OMP_NUM_THREADS=$(TEST_THREADS) pytest -n $(TEST_WORKERS) --dist loadfile
+
+# the quick inner loop: every fast test but those that spawn snakemake, dvc or torchrun
+quick: $(VENV)/.installed-test
+	ruff check .
+	OMP_NUM_THREADS=$(TEST_THREADS) pytest -n $(TEST_WORKERS) --dist loadfile -m 'not slow and not gpu and not e2e'

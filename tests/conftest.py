@@ -73,6 +73,30 @@ def make_project(tmp: Path) -> Path:
     return dest
 
 
+def set_param(repo: Path, path: list[str], value: object) -> None:
+    """Set one params.yaml entry of a project copy (``path``: its keys, outermost first)."""
+    import yaml
+
+    doc = yaml.safe_load((repo / "params.yaml").read_text())
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    (repo / "params.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def use_test_params(repo: Path) -> None:
+    """Merge params/test.yaml (the test-sized workflow) into a project copy's params.yaml, as
+    ``snakemake --configfile params/test.yaml`` merges it: DVC tracks params.yaml only."""
+    import yaml
+
+    from hwgptbench.params import overlay
+
+    doc = overlay(yaml.safe_load((repo / "params.yaml").read_text()),
+                  yaml.safe_load((repo / "params" / "test.yaml").read_text()))
+    (repo / "params.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
 @pytest.fixture(scope="session")
 def shakespeare(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The data stage's output for the repository's data params (built once per session)."""

@@ -14,8 +14,9 @@ from typing import NamedTuple
 import pytest
 import yaml
 
-from conftest import REPO_ROOT, make_project, run
-from test_workflow import FAST, set_param
+from conftest import REPO_ROOT, make_project, run, set_param, use_test_params
+
+pytestmark = pytest.mark.e2e  # spawns snakemake or dvc
 
 PROFILE_DIR = "workflow/profiles/slurm"
 PROFILE = ["--workflow-profile", PROFILE_DIR]
@@ -157,8 +158,7 @@ def test_tiny_workflow_on_a_localhost_slurm_cluster(
     if os.geteuid() != 0:
         pytest.skip("the localhost SLURM cluster needs root (slurmd starts jobs as their users)")
     repo = make_project(tmp_path)
-    for path, value in FAST.items():
-        set_param(repo, path.split("."), value)
+    use_test_params(repo)
     monkeypatch.setenv("HWGPT_SLURM_DIR", str(tmp_path / "slurm"))
     run([str(repo / LOCALHOST / "start.sh")], repo)
     try:

@@ -40,6 +40,7 @@ def _params(supernet: dict[str, object]) -> dict:
     return doc
 
 
+@pytest.mark.e2e
 def test_two_ranks_train_what_one_process_trains(shakespeare: Path, tmp_path: Path,
                                                  caplog: pytest.LogCaptureFixture) -> None:
     doc = _params(SUPERNET)
@@ -117,6 +118,7 @@ def test_batch_size_must_divide_over_processes(batch_size: int, processes: int, 
     assert params.validate(_params({"batch_size": 8, "processes": 4}))
 
 
+@pytest.mark.e2e
 def test_workflow_launches_torchrun_for_several_processes(tmp_path: Path) -> None:
     project = make_project(tmp_path)
     for processes, expected in [

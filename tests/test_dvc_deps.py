@@ -274,12 +274,14 @@ def problems(stage: Stage, stages: list[Stage], jobs: list[Job]) -> list[str]:
                     if not any(section == p or section.startswith(p + ".") for p in declared)]
 
 
+@pytest.mark.e2e
 def test_every_stage_depends_on_the_code_and_params_it_runs(stages: list[Stage],
                                                              jobs: list[Job]) -> None:
     found = [problem for stage in stages for problem in problems(stage, stages, jobs)]
     assert not found, "\n".join(found)
 
 
+@pytest.mark.e2e
 def test_a_missing_module_or_params_section_is_named(stages: list[Stage], jobs: list[Job]
                                                      ) -> None:
     """The check itself, on a copy of the stages with one code and one params dependency

@@ -24,7 +24,8 @@ from hwgptbench.schema import fully_trained
 from hwgptbench.space import Arch, SearchSpace
 
 # DVC's own deprecation notices, from its in-process import
-pytestmark = pytest.mark.filterwarnings("ignore:_NoneStep.value:DeprecationWarning")
+pytestmark = [pytest.mark.e2e,  # spawns dvc
+              pytest.mark.filterwarnings("ignore:_NoneStep.value:DeprecationWarning")]
 
 PARAMS = str(REPO_ROOT / "params.yaml")
 SPACES = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["spaces"]

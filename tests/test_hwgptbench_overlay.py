@@ -25,6 +25,7 @@ SNAKEMAKE = ["snakemake", "--configfile", "params/hwgptbench.yaml", "small.yaml"
              "--resources", "dvc=1"]
 
 
+@pytest.mark.e2e
 def test_overlay_dag_imports_perplexity_and_samples_from_it(tmp_path: Path) -> None:
     project = make_project(tmp_path)
     out = run(["snakemake", "--configfile", "params/hwgptbench.yaml", "-n"], project).stdout
@@ -39,6 +40,7 @@ def test_overlay_dag_imports_perplexity_and_samples_from_it(tmp_path: Path) -> N
     assert "--vocab-size 50304" in out and "--data " not in out
 
 
+@pytest.mark.e2e
 def test_overlay_selects_m_and_l(tmp_path: Path) -> None:
     project = make_project(tmp_path)
     (project / "ml.yaml").write_text(yaml.safe_dump({"workflow": {"scales": ["m", "l"]}}))
@@ -89,6 +91,7 @@ def _upstream(path: Path, n: int) -> str:
     return _commit(path, rows, "published")
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_make_hwgptbench_runs_import_measure_surrogates_search_figures_and_resumes(
         tmp_path: Path) -> None:

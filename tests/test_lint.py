@@ -6,7 +6,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from conftest import make_project, run
+
+pytestmark = pytest.mark.e2e  # spawns snakemake or dvc
 
 KEPT = "Specify a conda environment or container for each rule."
 

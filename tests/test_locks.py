@@ -72,6 +72,7 @@ def test_without_a_process_table_locks_are_kept_with_the_manual_way(tmp_path: Pa
         locks.clear_stale_locks(project, tmp_path / "no-proc")
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs /proc (Linux)")
 def test_a_killed_snakemake_run_is_unlocked_and_reruns(tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]

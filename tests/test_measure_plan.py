@@ -109,6 +109,7 @@ def test_cli_refuses_a_device_too_small(tmp_path: Path,
     assert "measure-plan: error: scale s, device rtx2080" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_workflow_refuses_a_device_too_small_before_any_job(tmp_path: Path) -> None:
     project = make_project(tmp_path)
     result = run(["snakemake", "--configfile", "params/paper.yaml",

@@ -107,6 +107,7 @@ def test_label_of_other_hardware_is_an_error(shakespeare: Path, tmp_path: Path) 
     assert not (tmp_path / "x.parquet").exists()
 
 
+@pytest.mark.e2e
 def test_killed_campaign_resumes_with_the_missing_shards_only(project: Path) -> None:
     doc = yaml.safe_load((project / "params.yaml").read_text())
     doc["measure"].update(FAST, dtypes=["fp32"])

@@ -6,6 +6,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import yaml
 
 from conftest import REPO_ROOT, make_project, run
@@ -20,6 +21,7 @@ def job_counts(dry_run: str) -> Counter[str]:
     return Counter({rule: int(count) for rule, count in rows if rule != "total"})
 
 
+@pytest.mark.e2e
 def test_paper_dag_plans_every_scale_device_and_search_in_seconds(tmp_path: Path) -> None:
     project = make_project(tmp_path)
     start = time.perf_counter()

@@ -46,6 +46,17 @@ def test_full_overlay_only_scales_the_default_up() -> None:
             assert isinstance(default[key], int | float) and larger[key] >= default[key], key
 
 
+def test_test_overlay_only_scales_the_default_down() -> None:
+    """params/test.yaml (the end-to-end tests' workflow) is valid and keeps every stage: sizes
+    shrink, the stages' choices (algorithms, families, dtypes, options) are subsets."""
+    test = params.load_overlaid(REPO_ROOT / "params.yaml", [REPO_ROOT / "params" / "test.yaml"])
+    assert test["supernet"]["steps"] < DEFAULT["supernet"]["steps"]
+    assert test["sample"]["n_archs"] < DEFAULT["sample"]["n_archs"]
+    assert set(test["search"]["algorithms"]) < set(DEFAULT["search"]["algorithms"])
+    assert set(test["surrogate"]["families"]) <= set(DEFAULT["surrogate"]["families"])
+    assert test["workflow"] == DEFAULT["workflow"] and test["data"] == DEFAULT["data"]
+
+
 def test_workflow_schema_is_the_packaged_one() -> None:
     workflow_schema = REPO_ROOT / "workflow" / "schemas" / "params.schema.yaml"
     assert yaml.safe_load(workflow_schema.read_text()) == params.schema()
@@ -147,6 +158,7 @@ def test_cli_rejects_invalid_params_and_writes_nothing(tmp_path: Path) -> None:
     (["data", "tokenizer", "vocab_size"], "big", ["data.tokenizer.vocab_size", ">= 512"]),
     (["supernet", "snapshots"], [100, 400], ["supernet.snapshots", "raise supernet.steps"]),
 ])
+@pytest.mark.e2e
 def test_snakemake_rejects_invalid_params_before_any_job(project: Path, path: list[str],
                                                          value: object, expected: list[str]
                                                          ) -> None:

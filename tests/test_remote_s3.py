@@ -23,6 +23,8 @@ from botocore.client import BaseClient
 
 from conftest import BIN, make_project, run
 
+pytestmark = pytest.mark.e2e  # spawns snakemake or dvc
+
 BUCKET = "hwgptbench-artifacts"
 PREFIX = "dvc"
 REMOTE = "s3"

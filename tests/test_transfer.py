@@ -330,6 +330,7 @@ def test_figure_and_table_of_a_small_evaluation(quality: pl.DataFrame, tmp_path:
     assert {"basis", "full_surrogate", "flops"} <= set(table["method"])
 
 
+@pytest.mark.e2e
 def test_snakemake_plans_the_transfer_rule(tmp_path: Path) -> None:
     project = make_project(tmp_path)
     out = run(["snakemake", "-n", "results/tiny/transfer/quality.parquet"], project).stdout

@@ -14,7 +14,9 @@ import polars as pl
 import pytest
 import yaml
 
-from conftest import make_project, run
+from conftest import make_project, run, set_param, use_test_params
+
+pytestmark = pytest.mark.e2e  # spawns snakemake or dvc
 
 NOTHING_TO_DO = "Nothing to be done"
 ALL_STAGES = {"data", "supernet", "sample_archs", "perplexity", "measure", "measure_device",
@@ -25,36 +27,6 @@ ALL_STAGES = {"data", "supernet", "sample_archs", "perplexity", "measure", "meas
               "compress"}
 SEARCH_AND_FIGURES = {"search_reference", "search", "search_summary", "figures_of_scale"}
 # The whole workflow, small enough for a test.
-FAST = {"supernet.steps": 3, "supernet.batch_size": 2, "supernet.checkpoint_every": 2,
-        "supernet.snapshots": [2], "supernet.device": "cpu",
-        "perplexity.batches": 1, "perplexity.batch_size": 2, "perplexity.device": "cpu",
-        "measure.warmup": 1, "measure.min_repeats": 5, "measure.max_repeats": 20,
-        "measure.max_seconds": 0.2, "measure.energy_window_s": 0.2, "measure.memory": False,
-        "sample.n_archs": 6, "surrogate.families": ["lightgbm"], "surrogate.min_rows": 4,
-        "surrogate.folds": 2, "search.budget": 6, "search.seeds": 1,
-        # one algorithm of each kind (tests/test_search*.py run every algorithm)
-        "search.algorithms": ["rs", "nsga2", "moasha", "rsbo"],
-        "search.reference_archs": 500, "search.options.bo": {"initial": 3, "candidates": 20},
-        "runtime.n_archs": 4, "runtime.warmup": 1, "runtime.min_repeats": 3,
-        "runtime.max_repeats": 6, "runtime.max_seconds": 0.05, "runtime.dtypes": ["fp32"],
-        "runtime.options.attention": ["math"], "runtime.options.recompute": [],
-        "runtime.breakdown": {"n_archs": 1, "repeats": 2},
-        "compress.pretrain.steps": 3, "compress.pretrain.batch_size": 2,
-        "compress.pretrain.checkpoint_every": 2, "compress.pretrain.warmup_steps": 1,
-        "compress.pretrain.device": "cpu", "compress.finetune.steps": 2,
-        "compress.finetune.batch_size": 2, "compress.finetune.checkpoint_every": 1,
-        "compress.finetune.warmup_steps": 1, "compress.finetune.device": "cpu",
-        "compress.importance.batches": 1, "compress.importance.batch_size": 2,
-        "compress.evaluate.batches": 1, "compress.evaluate.batch_size": 2,
-        "compress.evaluate.device": "cpu", "compress.evaluate.cloze.items": 8,
-        "compress.timing.min_repeats": 2, "compress.timing.max_repeats": 3,
-        "compress.timing.max_seconds": 0.02, "compress.timing.warmup": 1,
-        "compress.search.budget": 6,
-        "compress.search.options": {"nsga2": {"population_size": 4},
-                                    "iterative": {"initial": 3, "per_round": 2,
-                                                  "population_size": 6, "generations": 2}}}
-
-
 def dvc_status(repo: Path) -> dict:
     return json.loads(run(["dvc", "status", "--json"], repo).stdout or "{}")
 
@@ -69,22 +41,12 @@ def snakemake_jobs(repo: Path, *targets: str) -> set[str]:
     return {row[0] for row in rows} - {"all", "total"}
 
 
-def set_param(repo: Path, path: list[str], value: object) -> None:
-    doc = yaml.safe_load((repo / "params.yaml").read_text())
-    node = doc
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = value
-    (repo / "params.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-
-
 @pytest.fixture(scope="module")
 def pushed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project after `dvc repro` and `dvc push`, with dvc.lock committed."""
     repo = make_project(tmp_path_factory.mktemp("e2e"))
-    for path, value in FAST.items():
-        set_param(repo, path.split("."), value)
-    run(["git", "commit", "-qam", "fast params"], repo)
+    use_test_params(repo)
+    run(["git", "commit", "-qam", "test params"], repo)
     run(["dvc", "repro"], repo)
     assert (repo / "results" / "tiny" / "supernet" / "supernet-step-2.pt").exists()
     assert set(pl.read_parquet(repo / "results" / "tiny" / "perplexity.parquet")["train_steps"]
