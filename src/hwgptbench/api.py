@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from . import layout
 from .errors import UserError
 from .measure.condition import (
     CONDITION_KEYS,
@@ -50,8 +51,8 @@ from .surrogate.store import METADATA, load_surrogate
 
 PERPLEXITY = "perplexity"
 MODES = ("surrogate", "measured")
-# results/{scale}/adapted/{device}/: surrogates of devices adapted from a few measured archs
-# (`hwgptbench adapt`, family "adapted") and those archs' measurements
+# the family of the surrogates of devices adapted from a few measured archs (`hwgptbench adapt`,
+# stored with those archs' measurements under layout.adapted(scale)/{device}/)
 ADAPTED = "adapted"
 BEST = "best"  # the family that scored best out of fold, per (metric, device, condition)
 TARGET_KEYS = ["metric", "device", "condition"]
@@ -61,7 +62,6 @@ class QueryError(UserError, ValueError):
     """A query names a device, metric, condition, family or mode the benchmark does not have."""
 
 
-PARAMS_FILE = Path(".params/measure.json")  # the measure params the results were made with
 SHOWN_CONDITIONS = 5
 
 
@@ -131,10 +131,11 @@ class Benchmark:
         Devices adapted with `hwgptbench adapt` (``{scale}/adapted/``) are queried through their
         adapted surrogate wherever ``family`` has no surrogate of their (metric, condition).
         """
-        root = Path(results_dir) / scale
+        top = str(results_dir)
+        surrogates = Path(layout.surrogates(scale, top))
+        adapted_dir = Path(layout.adapted(scale, top))
         rows = []
-        paths = [*(root / "surrogates").glob(f"**/{METADATA}"), *(root / ADAPTED).glob(
-            f"**/{METADATA}")]
+        paths = [*surrogates.glob(f"**/{METADATA}"), *adapted_dir.glob(f"**/{METADATA}")]
         for path in sorted(paths):
             meta = json.loads(path.read_text())
             rows.append({"metric": meta["metric"], "device": meta["device"],
@@ -145,7 +146,7 @@ class Benchmark:
                          **meta["feature_args"]})
         if not rows:
             raise FileNotFoundError(
-                f"no surrogates under {root / 'surrogates'}; build them with `make run` "
+                f"no surrogates under {surrogates}; build them with `make run` "
                 "(or `snakemake`), or fetch them with `make pull`")
         index = pl.DataFrame(rows)
         spaces = index.group_by("space_name", "space", maintain_order=True).agg(
@@ -153,9 +154,9 @@ class Benchmark:
         if spaces.height != 1:
             found = "; ".join(f"{name} {space} (e.g. {folder})"
                               for name, space, folder in spaces.iter_rows())
-            raise QueryError(f"surrogates under {root} were fitted on different search spaces: "
-                             f"{found}. Refit them all on the current space (`make run`), or "
-                             "restore the space they were fitted on")
+            raise QueryError(f"surrogates under {surrogates} were fitted on different search "
+                             f"spaces: {found}. Refit them all on the current space (`make run`), "
+                             "or restore the space they were fitted on")
         fitted = sorted(set(index["family"]) - {ADAPTED})
         if fitted:  # adapted surrogates fill in under any family
             _choose("surrogate family", family, [BEST, *fitted])
@@ -163,22 +164,22 @@ class Benchmark:
         if not fitted:  # adapted devices only
             chosen = index.clear()
         elif family == BEST:
-            chosen = index.join(_selected(root / "surrogates"),
+            chosen = index.join(_selected(surrogates),
                                 on=[*TARGET_KEYS, "family"], how="semi")
         else:
             chosen = index.filter(pl.col("family") == family)
         adapted = index.filter(pl.col("family") == ADAPTED).join(
             chosen, on=["metric", "device", "condition"], how="anti")
-        measured = [pl.read_parquet(p) for p in [root / "measurements.parquet",
-                                                 *sorted((root / "runtime").glob("*.parquet")),
-                                                 *sorted((root / ADAPTED).glob("*/*.parquet"))]
-                    if p.exists()]
-        perplexity = root / "perplexity.parquet"
+        measured = [pl.read_parquet(p) for p in [
+            Path(layout.measurements(scale, top)),
+            *sorted(Path(layout.runtime_tables(scale, top)).glob("*.parquet")),
+            *sorted(adapted_dir.glob("*/*.parquet"))] if p.exists()]
+        perplexity = Path(layout.perplexity(scale, top))
         return cls(scale, space, pl.concat([chosen, adapted]).drop("space"), family,
                    with_condition_columns(pl.concat(measured, how="diagonal_relaxed"))
                    if measured else None,
                    pl.read_parquet(perplexity) if perplexity.exists() else None,
-                   measured_default(Path(results_dir) / PARAMS_FILE))
+                   measured_default(Path(layout.params_sections(top)) / "measure.json"))
 
     @property
     def selection(self) -> pl.DataFrame:
@@ -219,9 +220,12 @@ class Benchmark:
 
     def _entry(self, metric: str, device: str | None, condition: str | Mapping[str, Any] | None,
                fidelity: int | None) -> dict[str, Any]:
-        if isinstance(condition, Mapping) and metric != PERPLEXITY:
-            condition = self._condition_matching(condition, device, metric)
-        key = (metric, device, condition, fidelity if metric == PERPLEXITY else None)
+        if isinstance(condition, Mapping):
+            named = (self._condition_matching(condition, device, metric)
+                     if metric != PERPLEXITY else None)
+        else:
+            named = condition
+        key = (metric, device, named, fidelity if metric == PERPLEXITY else None)
         if key not in self._entries:
             self._entries[key] = self._find_entry(*key)
         return self._entries[key]
@@ -314,17 +318,17 @@ class Benchmark:
             raise QueryError(f"unknown fidelity {fidelity!r}; available (training steps): "
                              f"{', '.join(map(str, self.fidelities)) or 'none'}")
         metrics = [metrics] if isinstance(metrics, str) else list(metrics)
-        archs = [Arch.from_id(a) if isinstance(a, str) else a for a in archs]
+        parsed = [Arch.from_id(a) if isinstance(a, str) else a for a in archs]
         if mode == "measured":  # in surrogate mode the feature encoding validates each arch
-            for arch in archs:
+            for arch in parsed:
                 self.space.validate(arch)
-        ids = [a.id for a in archs]
+        ids = [a.id for a in parsed]
         columns: dict[str, Any] = {"arch_id": ids}
         # each distinct arch is predicted once (searches re-query, small spaces repeat)
         position: dict[str, int] = {}
         inverse = np.fromiter((position.setdefault(i, len(position)) for i in ids),
                               dtype=np.intp, count=len(ids))
-        distinct = list(dict(zip(ids, archs, strict=True)).values())
+        distinct = list(dict(zip(ids, parsed, strict=True)).values())
         encoded: np.ndarray | None = None  # one encoding, features per feature key
         features: dict[tuple[int, int, int], np.ndarray] = {}
         for metric in metrics:

@@ -12,7 +12,7 @@ import argparse
 import importlib
 from collections.abc import Callable
 
-from . import params
+from . import layout, params
 from .space import SearchSpace
 
 # add(name, handler, params=True) -> the subcommand's parser
@@ -45,7 +45,7 @@ def vocab_size(args: argparse.Namespace) -> int:
         return int(args.vocab_size)
     from .data import TokenShards
 
-    folder = args.data or f"results/data/{load(args, ['data'])['data']['name']}"
+    folder = args.data or layout.data(load(args, ["data"])["data"]["name"])
     return TokenShards.open(folder).manifest["tokenizer"]["vocab_size"]
 
 

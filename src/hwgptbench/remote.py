@@ -24,6 +24,7 @@ from typing import Any
 import polars as pl
 import yaml
 
+from . import layout
 from .errors import UserError
 from .io import atomic_path
 
@@ -121,13 +122,13 @@ def pull(targets: list[str] | None = None, remote: str | None = None) -> None:
     log.info("pulled results are current; Snakemake marks them up to date")
 
 
-def publish_device(scale: str, label: str, results: str | Path = "results",
-                   folder: str | Path = "devices", push: bool = True,
+def publish_device(scale: str, label: str, results: str | Path = layout.RESULTS,
+                   folder: str | Path = layout.PUBLISHED, push: bool = True,
                    remote: str | None = None) -> Path:
     """Publish the measurement table of one device: copy it to ``devices/{scale}/{label}.parquet``,
     version it with ``dvc add`` (a pointer file per device: machines never conflict in git) and
     ``dvc push`` it. Returns the pointer file, which the caller commits to git."""
-    source = Path(results, scale, "measure", f"{label}.parquet")
+    source = Path(layout.device_table(scale, label, str(results)))
     if not source.exists():
         raise FileNotFoundError(
             f"{source} not found: measure the device first (`snakemake {source}`, or `make run` "
@@ -135,7 +136,7 @@ def publish_device(scale: str, label: str, results: str | Path = "results",
     labels = set(pl.read_parquet(source, columns=["device"])["device"])
     if labels != {label}:
         raise UserError(f"{source} holds devices {sorted(labels)}, not only {label!r}")
-    dest = Path(folder, scale, f"{label}.parquet")
+    dest = Path(layout.published_table(scale, label, str(folder)))
     dest.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(dest) as tmp:
         shutil.copyfile(source, tmp)

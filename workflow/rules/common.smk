@@ -3,9 +3,8 @@
 from functools import cache
 from pathlib import Path
 
-RESULTS = "results"
-PARAMS = hwparams.write_sections(config, f"{RESULTS}/.params")
-DATA_DIR = f"{RESULTS}/data/{config['data']['name']}"
+PARAMS = hwparams.write_sections(config, layout.params_sections())
+DATA_DIR = layout.data(config["data"]["name"])
 SCALES = config["workflow"]["scales"]
 
 unknown = sorted(set(SCALES) - set(config["spaces"]))
@@ -48,7 +47,6 @@ def resolve_devices(labels):
 # The devices this run measures (workflow.devices); each other device table is an input that
 # must already be there: published under devices/{scale}/ or pulled into results/{scale}/measure/.
 MEASURED_DEVICES = sorted(set(resolve_devices(config["workflow"]["devices"])))
-PUBLISHED = "devices"
 
 
 wildcard_constraints:
@@ -61,18 +59,18 @@ wildcard_constraints:
 
 def published_tables(scale):
     """Device tables published with `hwgptbench publish-device` (label -> path)."""
-    return {p.stem: str(p) for p in sorted(Path(PUBLISHED, scale).glob("*.parquet"))}
+    return {p.stem: str(p) for p in sorted(Path(layout.published_tables(scale)).glob("*.parquet"))}
 
 
 def device_table(scale, device):
     """Where the table of a device comes from: its published table, else the table this
     workflow measures (or one pulled or copied into results/{scale}/measure/)."""
-    return published_tables(scale).get(device, f"{RESULTS}/{scale}/measure/{device}.parquet")
+    return published_tables(scale).get(device, layout.device_table(scale, device))
 
 
 def device_labels(scale):
     """Every device of a scale: measured by this run, published, or already present."""
-    present = {p.stem for p in Path(RESULTS, scale, "measure").glob("*.parquet")}
+    present = {p.stem for p in Path(layout.device_tables(scale)).glob("*.parquet")}
     return sorted(present | set(published_tables(scale)) | set(MEASURED_DEVICES))
 
 
@@ -83,7 +81,7 @@ def device_tables(scale):
 
 def runtime_labels(scale):
     """Devices with a runtime table: measured by this run, or already present (pulled)."""
-    present = {p.stem for p in Path(RESULTS, scale, "runtime").glob("*.parquet")}
+    present = {p.stem for p in Path(layout.runtime_tables(scale)).glob("*.parquet")}
     return sorted(present | set(MEASURED_DEVICES))
 
 
@@ -91,13 +89,13 @@ def runtime_tables(scale, device=None):
     """The runtime tables of a scale (of one device: none, or its one)."""
     labels = runtime_labels(scale) if device is None else (
         [device] if device in runtime_labels(scale) else [])
-    return [f"{RESULTS}/{scale}/runtime/{label}.parquet" for label in labels]
+    return [layout.runtime_table(scale, label) for label in labels]
 
 
 def breakdown_tables(scale):
     """The breakdown tables of a scale: one beside each of its runtime tables (the runtime
     job writes both)."""
-    return [f"{RESULTS}/{scale}/breakdown/{label}.parquet" for label in runtime_labels(scale)]
+    return [layout.breakdown_table(scale, label) for label in runtime_labels(scale)]
 
 
 def results_folder(wildcards, input):
@@ -137,13 +135,13 @@ CAPTIONS = "../report"
 
 def figure_output(name):
     """A figure of a scale as a report item (caption workflow/report/{name}.rst)."""
-    return report(f"{RESULTS}/{{scale}}/figures/{name}.png", caption=f"{CAPTIONS}/{name}.rst",
+    return report(layout.figure("{scale}", name), caption=f"{CAPTIONS}/{name}.rst",
                   category="Figures", subcategory="{scale}")
 
 
 def table_output(name):
     """A table of a scale as a report item (caption workflow/report/table_{name}.rst)."""
-    return report(f"{RESULTS}/{{scale}}/tables/{name}.csv", caption=f"{CAPTIONS}/table_{name}.rst",
+    return report(layout.table("{scale}", name), caption=f"{CAPTIONS}/table_{name}.rst",
                   category="Tables", subcategory="{scale}")
 
 

@@ -1,7 +1,7 @@
 # One-shot compression of a dense model, LLaMA-NAS style (docs/compress.md). Each rule reads
 # only the compress entries it needs (results/.params/compress.{entry}.json).
 
-COMPRESS = f"{RESULTS}/compress/{config['compress']['name']}"
+COMPRESS = config["compress"]["name"]  # its results: layout.compress(COMPRESS)
 
 
 rule compress_dense:
@@ -12,15 +12,15 @@ rule compress_dense:
                                "pretrain"),
         data=DATA_DIR,
     output:
-        f"{COMPRESS}/dense.pt",
+        layout.dense(COMPRESS),
     params:
         files=params_flags,
-        work_dir=f"{COMPRESS}/.dense",
+        work_dir=layout.compress_work(COMPRESS, "dense"),
     threads: workflow.cores
     resources:
         **gpu_resources(config["compress"]["pretrain"]["device"], 1),
     log:
-        f"{RESULTS}/logs/compress/dense.log",
+        layout.log("compress", "dense"),
     shell:
         "hwgptbench compress-dense {params.files} --data {input.data} --out {output}"
         " --work-dir {params.work_dir} 2>&1 | tee {log}"
@@ -34,16 +34,16 @@ rule compress_finetune:
         data=DATA_DIR,
         dense=rules.compress_dense.output[0],
     output:
-        model=f"{COMPRESS}/supernet/supernet.pt",
-        loss=f"{COMPRESS}/supernet/loss.parquet",
+        model=layout.compress_supernet(COMPRESS),
+        loss=layout.compress_loss(COMPRESS),
     params:
         files=params_flags,
-        work_dir=f"{COMPRESS}/.finetune",
+        work_dir=layout.compress_work(COMPRESS, "finetune"),
     threads: workflow.cores
     resources:
         **gpu_resources(config["compress"]["finetune"]["device"], 1),
     log:
-        f"{RESULTS}/logs/compress/finetune.log",
+        layout.log("compress", "finetune"),
     shell:
         "hwgptbench compress-finetune {params.files} --data {input.data} --dense {input.dense}"
         " --out $(dirname {output.model}) --work-dir {params.work_dir} 2>&1 | tee {log}"
@@ -57,13 +57,13 @@ rule compress_search:
         data=DATA_DIR,
         supernet=rules.compress_finetune.output.model,
     output:
-        runs=f"{COMPRESS}/search.parquet",
-        subnets=f"{COMPRESS}/subnets.parquet",
+        runs=layout.compress_result(COMPRESS, "search"),
+        subnets=layout.compress_result(COMPRESS, "subnets"),
     params:
         files=params_flags,
     threads: workflow.cores  # timings: alone on the machine
     log:
-        f"{RESULTS}/logs/compress/search.log",
+        layout.log("compress", "search"),
     shell:
         "hwgptbench compress-search {params.files} --data {input.data}"
         " --supernet {input.supernet} --runs-out {output.runs} --subnets-out {output.subnets}"
@@ -79,12 +79,12 @@ rule compress_table:
         supernet=rules.compress_finetune.output.model,
         subnets=rules.compress_search.output.subnets,
     output:
-        f"{COMPRESS}/compress.parquet",
+        layout.compress_result(COMPRESS, "compress"),
     params:
         files=params_flags,
     threads: workflow.cores
     log:
-        f"{RESULTS}/logs/compress/table.log",
+        layout.log("compress", "table"),
     shell:
         "hwgptbench compress-table {params.files} --data {input.data} --dense {input.dense}"
         " --supernet {input.supernet} --subnets {input.subnets} --out {output} 2>&1 | tee {log}"
@@ -97,12 +97,12 @@ rule compress:
         subnets=rules.compress_search.output.subnets,
         runs=rules.compress_search.output.runs,
     output:
-        figure=report(f"{COMPRESS}/figures/compress.png", caption="../report/compress.rst",
+        figure=report(f"{layout.compress_figures(COMPRESS)}/compress.png", caption="../report/compress.rst",
                       category="Compression"),
-        table=report(f"{COMPRESS}/figures/table_compress.csv",
+        table=report(f"{layout.compress_figures(COMPRESS)}/table_compress.csv",
                      caption="../report/table_compress.rst", category="Compression"),
     log:
-        f"{RESULTS}/logs/compress/figures.log",
+        layout.log("compress", "figures"),
     shell:
         "hwgptbench compress-figures --table {input.table} --subnets {input.subnets}"
         " --runs {input.runs} --out-dir $(dirname {output.figure}) 2>&1 | tee {log}"

@@ -8,6 +8,6 @@ rule data:
     params:
         files=params_flags,
     log:
-        f"{RESULTS}/logs/data.log",
+        layout.log("data"),
     shell:
         "hwgptbench data {params.files} --out {output} 2>&1 | tee {log}"

@@ -24,11 +24,11 @@ rule figures_of_scale:
     output:
         **{f"figure_{name}": figure_output(name) for name in SCALE_FIGURES},
         **{f"table_{name}": table_output(name) for name in TABLES},
-        plots=[f"{RESULTS}/{{scale}}/plots/{name}.csv" for name in PLOTS],
+        plots=[layout.plot("{scale}", name) for name in PLOTS],
     params:
         results=results_folder,
     log:
-        f"{RESULTS}/logs/{{scale}}/figures.log",
+        layout.log("{scale}", "figures"),
     shell:
         "hwgptbench figures --scale {wildcards.scale} --results {params.results} {input.runs}"
         " 2>&1 | tee {log}"

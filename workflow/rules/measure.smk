@@ -11,7 +11,7 @@ rule measure:
         archs=rules.sample_archs.output[0],
         **DATA_INPUT,
     output:
-        f"{RESULTS}/{{scale}}/.measure/{{device}}/shard-{{shard}}-of-{MEASURE_SHARDS}.parquet",
+        layout.shard("{scale}", "{device}", "{shard}", MEASURE_SHARDS),
     params:
         files=params_flags,
         vocab=vocab_flag,
@@ -20,7 +20,7 @@ rule measure:
     resources:
         **measure_resources(),  # on a cluster: the node of cluster.devices[{device}]
     log:
-        f"{RESULTS}/logs/{{scale}}/measure-{{device}}-{{shard}}.log",
+        layout.log("{scale}", "measure-{device}-{shard}"),
     shell:
         "hwgptbench measure --scale {wildcards.scale} {params.files} {params.vocab}"
         " --archs {input.archs} --device {wildcards.device}"
@@ -34,9 +34,9 @@ rule measure_device:
     input:
         expand(rules.measure.output[0], shard=range(MEASURE_SHARDS), allow_missing=True),
     output:
-        f"{RESULTS}/{{scale}}/measure/{{device}}.parquet",
+        layout.device_table("{scale}", "{device}"),
     log:
-        f"{RESULTS}/logs/{{scale}}/measure_device-{{device}}.log",
+        layout.log("{scale}", "measure_device-{device}"),
     shell:
         "hwgptbench merge-measurements --out {output} {input} 2>&1 | tee {log}"
 
@@ -48,11 +48,11 @@ rule measurements:
     input:
         lambda wc: device_tables(wc.scale),
     output:
-        f"{RESULTS}/{{scale}}/measurements.parquet",
+        layout.measurements("{scale}"),
     params:
-        measure_dir=lambda wc: f"{RESULTS}/{wc.scale}/measure",
+        measure_dir=lambda wc: layout.device_tables(wc.scale),
     log:
-        f"{RESULTS}/logs/{{scale}}/measurements.log",
+        layout.log("{scale}", "measurements"),
     shell:
         "mkdir -p {params.measure_dir} && hwgptbench merge-measurements --devices"
         " --out {output} {input} 2>&1 | tee {log}"

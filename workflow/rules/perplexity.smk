@@ -7,8 +7,8 @@ if IMPORTED:
         input:
             params=lambda wc: [PARAMS["perplexity"], PARAMS[f"spaces.{wc.scale}"]],
         output:
-            table=f"{RESULTS}/{{scale}}/perplexity.parquet",
-            report=f"{RESULTS}/{{scale}}/perplexity.import.json",
+            table=layout.perplexity("{scale}"),
+            report=layout.import_report("{scale}"),
         params:
             files=params_flags,
             source=(f"--source-url {HWGPTBENCH['source_url']}" if HWGPTBENCH["source_url"]
@@ -20,7 +20,7 @@ if IMPORTED:
         resources:
             dvc=1,  # one `dvc import` at a time in the project (`--resources dvc=1`)
         log:
-            f"{RESULTS}/logs/{{scale}}/perplexity.log",
+            layout.log("{scale}", "perplexity"),
         shell:
             "(hwgptbench fetch-hwgptbench --scale {wildcards.scale} --url {params.url}"
             " --rev {params.rev} --out {params.imported} &&"
@@ -40,14 +40,14 @@ else:
             snapshots=rules.supernet.output.snapshots,  # found by the command beside supernet.pt
             archs=rules.sample_archs.output[0],
         output:
-            f"{RESULTS}/{{scale}}/perplexity.parquet",
+            layout.perplexity("{scale}"),
         params:
             files=params_flags,
         threads: workflow.cores  # torch uses every core
         resources:
             **gpu_resources(config["perplexity"]["device"], 1),
         log:
-            f"{RESULTS}/logs/{{scale}}/perplexity.log",
+            layout.log("{scale}", "perplexity"),
         shell:
             "hwgptbench perplexity --scale {wildcards.scale} {params.files} --data {input.data}"
             " --supernet {input.supernet} --archs {input.archs} --out {output} 2>&1 | tee {log}"

@@ -8,8 +8,8 @@ rule runtime:
         **DATA_INPUT,
         archs=rules.sample_archs.output[0],
     output:
-        runtime=f"{RESULTS}/{{scale}}/runtime/{{device}}.parquet",
-        breakdown=f"{RESULTS}/{{scale}}/breakdown/{{device}}.parquet",
+        runtime=layout.runtime_table("{scale}", "{device}"),
+        breakdown=layout.breakdown_table("{scale}", "{device}"),
     params:
         files=params_flags,
         vocab=vocab_flag,
@@ -17,7 +17,7 @@ rule runtime:
     resources:
         **measure_resources(),  # on a cluster: the node of cluster.devices[{device}]
     log:
-        f"{RESULTS}/logs/{{scale}}/runtime-{{device}}.log",
+        layout.log("{scale}", "runtime-{device}"),
     shell:
         "hwgptbench runtime --scale {wildcards.scale} {params.files} {params.vocab}"
         " --archs {input.archs} --device {wildcards.device} --out {output.runtime}"
@@ -30,13 +30,13 @@ rule runtime_merged:
         runtime=lambda wc: runtime_tables(wc.scale),
         breakdown=lambda wc: breakdown_tables(wc.scale),
     output:
-        runtime=f"{RESULTS}/{{scale}}/runtime.parquet",
-        breakdown=f"{RESULTS}/{{scale}}/breakdown.parquet",
+        runtime=layout.runtime("{scale}"),
+        breakdown=layout.breakdown("{scale}"),
     params:
         # DVC outputs (results/{scale}/runtime, breakdown): made even when no device has a table
-        dirs=lambda wc: [f"{RESULTS}/{wc.scale}/runtime", f"{RESULTS}/{wc.scale}/breakdown"],
+        dirs=lambda wc: [layout.runtime_tables(wc.scale), layout.breakdown_tables(wc.scale)],
     log:
-        f"{RESULTS}/logs/{{scale}}/runtime_merged.log",
+        layout.log("{scale}", "runtime_merged"),
     shell:
         "mkdir -p {params.dirs} &&"
         " hwgptbench merge-runtime --out {output.runtime} --breakdown-out {output.breakdown}"

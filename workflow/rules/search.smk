@@ -14,12 +14,12 @@ rule search_reference:
     input:
         unpack(search_inputs),
     output:
-        directory(f"{RESULTS}/{{scale}}/search/{{objectives}}/{{device}}/reference"),
+        directory(layout.search_reference("{scale}", "{objectives}", "{device}")),
     params:
         files=params_flags,
         results=results_folder,
     log:
-        f"{RESULTS}/logs/{{scale}}/search-{{objectives}}-{{device}}-reference.log",
+        layout.log("{scale}", "search-{objectives}-{device}-reference"),
     shell:
         "hwgptbench search-reference --scale {wildcards.scale} {params.files}"
         " --results {params.results} --objectives {wildcards.objectives}"
@@ -32,13 +32,13 @@ rule search:
         unpack(search_inputs),
         reference=rules.search_reference.output[0],
     output:
-        directory(f"{RESULTS}/{{scale}}/search/{{objectives}}/{{device}}/{{algorithm}}"),
+        directory(layout.search_runs("{scale}", "{objectives}", "{device}", "{algorithm}")),
     params:
         files=params_flags,
         results=results_folder,
     threads: 1
     log:
-        f"{RESULTS}/logs/{{scale}}/search-{{objectives}}-{{device}}-{{algorithm}}.log",
+        layout.log("{scale}", "search-{objectives}-{device}-{algorithm}"),
     shell:
         "hwgptbench search --scale {wildcards.scale} {params.files} --results {params.results}"
         " --objectives {wildcards.objectives} --device {wildcards.device}"
@@ -54,14 +54,14 @@ rule search_summary:
                                objectives=SEARCH["objectives"], device=SEARCH_DEVICES,
                                algorithm=SEARCH["algorithms"]),
     output:
-        final=f"{RESULTS}/{{scale}}/search/final.parquet",
-        summary=f"{RESULTS}/{{scale}}/search/summary.parquet",
-        attainment=f"{RESULTS}/{{scale}}/search/attainment.parquet",
-        metrics=f"{RESULTS}/{{scale}}/search_metrics.json",
+        final=layout.search_table("{scale}", "final"),
+        summary=layout.search_table("{scale}", "summary"),
+        attainment=layout.search_table("{scale}", "attainment"),
+        metrics=layout.search_metrics("{scale}"),
     params:
         files=params_flags,
     log:
-        f"{RESULTS}/logs/{{scale}}/search_summary.log",
+        layout.log("{scale}", "search_summary"),
     shell:
         "hwgptbench search-summary {params.files} --out-dir $(dirname {output.summary})"
         " --metrics-out {output.metrics} {input.runs} 2>&1 | tee {log}"

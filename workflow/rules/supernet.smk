@@ -5,22 +5,22 @@ rule supernet:
         params=lambda wc: [PARAMS["supernet"], PARAMS[f"spaces.{wc.scale}"]],
         data=DATA_DIR,
     output:
-        model=f"{RESULTS}/{{scale}}/supernet/supernet.pt",
-        loss=f"{RESULTS}/{{scale}}/supernet/loss.parquet",
+        model=layout.supernet("{scale}"),
+        loss=layout.loss_table("{scale}"),
         # the supernet after each of supernet.snapshots steps: the fidelities of perplexity
-        snapshots=expand(f"{RESULTS}/{{scale}}/supernet/supernet-step-{{step}}.pt",
+        snapshots=expand(layout.snapshot("{scale}", "{step}"),
                          step=config["supernet"]["snapshots"], allow_missing=True),
     params:
         files=params_flags,
         # supernet.processes > 1: one process per GPU under torchrun (batch_size is global)
         launcher=(f"torchrun --standalone --nproc_per_node {config['supernet']['processes']}"
                   " -m hwgptbench.cli" if config["supernet"]["processes"] > 1 else "hwgptbench"),
-        work_dir=lambda wc: f"{RESULTS}/{wc.scale}/.train",
+        work_dir=lambda wc: layout.train_work(wc.scale),
     threads: workflow.cores  # torch uses every core
     resources:
         **gpu_resources(config["supernet"]["device"], config["supernet"]["processes"]),
     log:
-        f"{RESULTS}/logs/{{scale}}/supernet.log",
+        layout.log("{scale}", "supernet"),
     shell:
         "{params.launcher} train --scale {wildcards.scale} {params.files} --data {input.data}"
         " --out $(dirname {output.model}) --work-dir {params.work_dir}"
@@ -33,15 +33,15 @@ rule sample_archs:
     input:
         params=lambda wc: [PARAMS["sample"], PARAMS[f"spaces.{wc.scale}"]],
         **DATA_INPUT,
-        **({"table": f"{RESULTS}/{{scale}}/perplexity.parquet"} if IMPORTED else {}),
+        **({"table": layout.perplexity("{scale}")} if IMPORTED else {}),
     output:
-        f"{RESULTS}/{{scale}}/archs.parquet",
+        layout.archs("{scale}"),
     params:
         files=params_flags,
         vocab=vocab_flag,
         among=lambda wc, input: f"--from-table {input.table}" if IMPORTED else "",
     log:
-        f"{RESULTS}/logs/{{scale}}/sample_archs.log",
+        layout.log("{scale}", "sample_archs"),
     shell:
         "hwgptbench sample --scale {wildcards.scale} {params.files} {params.vocab}"
         " {params.among} --out {output} 2>&1 | tee {log}"

@@ -5,13 +5,13 @@ rule surrogates_perplexity:
         **DATA_INPUT,
         perplexity=rules.perplexity.output[0],
     output:
-        directory(f"{RESULTS}/{{scale}}/surrogates/perplexity"),
+        directory(layout.perplexity_surrogates("{scale}")),
     params:
         files=params_flags,
         vocab=vocab_flag,
     threads: workflow.cores
     log:
-        f"{RESULTS}/logs/{{scale}}/surrogates_perplexity.log",
+        layout.log("{scale}", "surrogates_perplexity"),
     shell:
         "hwgptbench fit-surrogates --scale {wildcards.scale} {params.files} {params.vocab}"
         " --perplexity {input.perplexity} --out {output} 2>&1 | tee {log}"
@@ -25,13 +25,13 @@ rule surrogates_device:
         measurements=lambda wc: device_table(wc.scale, wc.device),
         runtime=lambda wc: runtime_tables(wc.scale, wc.device),
     output:
-        directory(f"{RESULTS}/{{scale}}/surrogates/devices/{{device}}"),
+        directory(layout.device_surrogates("{scale}", "{device}")),
     params:
         files=params_flags,
         vocab=vocab_flag,
     threads: workflow.cores
     log:
-        f"{RESULTS}/logs/{{scale}}/surrogates-{{device}}.log",
+        layout.log("{scale}", "surrogates-{device}"),
     shell:
         "hwgptbench fit-surrogates --scale {wildcards.scale} {params.files} {params.vocab}"
         " --measurements {input.measurements} --runtime {input.runtime} --out {output}"
@@ -43,17 +43,17 @@ rule surrogate_quality:
     out-of-fold predictions behind it."""
     input:
         perplexity=rules.surrogates_perplexity.output[0],
-        devices=lambda wc: [f"{RESULTS}/{wc.scale}/surrogates/devices/{device}"
+        devices=lambda wc: [layout.device_surrogates(wc.scale, device)
                             for device in device_labels(wc.scale)],
     output:
-        table=f"{RESULTS}/{{scale}}/surrogates/quality.parquet",
-        predictions=f"{RESULTS}/{{scale}}/surrogates/predictions.parquet",
-        metrics=f"{RESULTS}/{{scale}}/surrogate_quality.json",
+        table=layout.quality("{scale}"),
+        predictions=layout.predictions("{scale}"),
+        metrics=layout.surrogate_metrics("{scale}"),
     params:
         tables=lambda wc, input: " ".join(f"{d}/quality.parquet"
                                           for d in [input.perplexity, *input.devices]),
     log:
-        f"{RESULTS}/logs/{{scale}}/surrogate_quality.log",
+        layout.log("{scale}", "surrogate_quality"),
     shell:
         "hwgptbench merge-quality --scale {wildcards.scale} --out {output.table}"
         " --metrics-out {output.metrics} {params.tables} 2>&1 | tee {log}"

@@ -6,13 +6,13 @@ rule transfer:
         **DATA_INPUT,
         measurements=rules.measurements.output[0],
     output:
-        quality=f"{RESULTS}/{{scale}}/transfer/quality.parquet",
-        summary=f"{RESULTS}/{{scale}}/transfer/summary.parquet",
+        quality=layout.transfer_quality("{scale}"),
+        summary=layout.transfer_summary("{scale}"),
     params:
         files=params_flags,
         vocab=vocab_flag,
     log:
-        f"{RESULTS}/logs/{{scale}}/transfer.log",
+        layout.log("{scale}", "transfer"),
     shell:
         "hwgptbench transfer --scale {wildcards.scale} {params.files} {params.vocab}"
         " --measurements {input.measurements} --out {output.quality}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+from .. import layout
 from ..options import Add, load
 
 log = logging.getLogger("hwgptbench")
@@ -15,7 +16,7 @@ def cmd_data(args: argparse.Namespace) -> None:
     from .shards import build
 
     config = load(args, ["data"])["data"]
-    out = args.out or f"results/data/{config['name']}"
+    out = args.out or layout.data(config["name"])
     manifest = build(config, out)
     log.info("wrote %s: %d train / %d val tokens", out, manifest["splits"]["train"]["tokens"],
              manifest["splits"]["val"]["tokens"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from ..options import Add, scale_and_results
 
@@ -12,7 +11,7 @@ def cmd_figures(args: argparse.Namespace) -> None:
     """Figures, tables and DVC plot files of a scale, from its result tables only."""
     from .report import render
 
-    render(Path(args.results) / args.scale, args.runs)
+    render(args.scale, args.results, args.runs)
 
 
 def register(add: Add) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
+from .. import layout
 from ..io import atomic_path
 from ..schema import fully_trained
 from ..search.summary import read_runs
@@ -56,26 +57,28 @@ def hypervolume_plot_data(runs: pl.DataFrame) -> pl.DataFrame:
     ).sort("evaluation").fill_null(strategy="forward")
 
 
-def render(scale_dir: str | os.PathLike[str], run_folders: Sequence[str | os.PathLike[str]]
-           ) -> list[Path]:
-    """Every figure, table and plot file of one scale; returns the paths written."""
-    root = Path(scale_dir)
-    figures, table_dir, plots = root / "figures", root / "tables", root / "plots"
+def render(scale: str, results: str | os.PathLike[str],
+           run_folders: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """Every figure, table and plot file of one scale of the results folder ``results``;
+    returns the paths written."""
+    top = str(results)
+    figures, table_dir = Path(layout.figures(scale, top)), Path(layout.tables(scale, top))
+    plots = Path(layout.plots(scale, top))
     for folder in (figures, table_dir, plots):
         folder.mkdir(parents=True, exist_ok=True)
-    perplexity = pl.read_parquet(root / "perplexity.parquet")
-    measurements = pl.read_parquet(root / "measurements.parquet")
-    quality = pl.read_parquet(root / "surrogates" / "quality.parquet")
-    predictions = pl.read_parquet(root / "surrogates" / "predictions.parquet")
-    loss_path = root / "supernet" / "loss.parquet"  # absent where perplexities were imported
+    perplexity = pl.read_parquet(layout.perplexity(scale, top))
+    measurements = pl.read_parquet(layout.measurements(scale, top))
+    quality = pl.read_parquet(layout.quality(scale, top))
+    predictions = pl.read_parquet(layout.predictions(scale, top))
+    loss_path = Path(layout.loss_table(scale, top))  # absent where perplexities were imported
     loss = pl.read_parquet(loss_path) if loss_path.exists() else None
     runs = read_runs(run_folders)
-    final = pl.read_parquet(root / "search" / "final.parquet")
-    attainment = pl.read_parquet(root / "search" / "attainment.parquet")
-    transfer_quality = pl.read_parquet(root / "transfer" / "quality.parquet")
-    transfer_summary = pl.read_parquet(root / "transfer" / "summary.parquet")
-    runtime_rows = pl.read_parquet(root / "runtime.parquet")
-    breakdown = pl.read_parquet(root / "breakdown.parquet")
+    final = pl.read_parquet(layout.search_table(scale, "final", top))
+    attainment = pl.read_parquet(layout.search_table(scale, "attainment", top))
+    transfer_quality = pl.read_parquet(layout.transfer_quality(scale, top))
+    transfer_summary = pl.read_parquet(layout.transfer_summary(scale, top))
+    runtime_rows = pl.read_parquet(layout.runtime(scale, top))
+    breakdown = pl.read_parquet(layout.breakdown(scale, top))
     three, metrics = _three_objectives(perplexity, measurements)
 
     written = [
@@ -114,6 +117,6 @@ def render(scale_dir: str | os.PathLike[str], run_folders: Sequence[str | os.Pat
         with atomic_path(plots / f"{name}.csv") as tmp:
             table.write_csv(tmp, float_precision=6)
         written.append(plots / f"{name}.csv")
-    log.info("wrote %d files under %s", len(written), root)
+    log.info("wrote %d files under %s", len(written), layout.scale_dir(scale, top))
     return written
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from .. import params
+from .. import layout, params
 from ..io import atomic_write_text
 from ..options import Add, load, scale_arg, space_of, vocab_size, vocab_source
 from ..space import read_archs
@@ -23,8 +23,8 @@ def cmd_measure(args: argparse.Namespace) -> None:
     label = stage.device_label({**section, "device": args.device or section["device"]},
                                section["threads"])
     index, count = stage.parse_shard(args.shard)
-    out = args.out or f"results/{args.scale}/.measure/{label}/shard-{index}-of-{count}.parquet"
-    archs_path = args.archs or f"results/{args.scale}/archs.parquet"
+    out = args.out or layout.shard(args.scale, label, index, count)
+    archs_path = args.archs or layout.archs(args.scale)
     table = stage.measure_shard(section, space, read_archs(archs_path), vocab_size(args), label,
                                 (index, count), out)
     log.info("wrote %s: %d rows on %s", out, table.height, label)

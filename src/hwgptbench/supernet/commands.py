@@ -8,6 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
+from .. import layout
 from ..io import write_parquet
 from ..options import Add, load, scale_and_data, scale_and_vocab, space_of, vocab_size
 
@@ -22,8 +23,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     config = load(args, ["supernet", "spaces"])
     space = space_of(config, args.scale)
     shards = TokenShards.open(args.data, verify=True)
-    out = Path(args.out or f"results/{args.scale}/supernet")
-    work = Path(args.work_dir or f"results/{args.scale}/.train")
+    out = Path(args.out or layout.supernet_dir(args.scale))
+    work = Path(args.work_dir or layout.train_work(args.scale))
     train.train(train.TrainConfig.from_params(config["supernet"]), space, shards, out, work)
 
 
@@ -42,7 +43,7 @@ def cmd_sample(args: argparse.Namespace) -> None:
     else:
         table = archs.sample_table(space, section["n_archs"], section["seed"], vocab)
         pool = f"{space.size()} archs of the {args.scale} space"
-    write_parquet(table, args.out or f"results/{args.scale}/archs.parquet")
+    write_parquet(table, args.out or layout.archs(args.scale))
     log.info("sampled %d archs of the %s space (from %s)", len(table), args.scale, pool)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
+from .. import layout
 from ..io import write_parquet
 from ..options import (
     Add,
@@ -53,27 +54,26 @@ def cmd_transfer(args: argparse.Namespace) -> None:
 def cmd_adapt(args: argparse.Namespace) -> None:
     """Adapt the hardware surrogates to a new device from k measured archs (measured on this
     machine, or read from --measurements), for `Benchmark.query` and `hwgptbench query`."""
-    from ..api import ADAPTED
     from ..measure.stage import device_label
     from .adapt import adapt_device, measure_for_adaptation
 
     config = load(args, ["transfer", "measure", "spaces"])
     section, space, vocab = config["transfer"], space_of(config, args.scale), vocab_size(args)
-    root = Path(args.results) / args.scale
     k = args.k or section["report_k"]
     selection = args.selection or section["selection"]
-    sources = pl.read_parquet(args.sources or root / "measurements.parquet")
+    sources = pl.read_parquet(args.sources or layout.measurements(args.scale, args.results))
     device = args.device
     if args.measurements:
         target = pl.read_parquet(args.measurements)
     else:
         measure = config["measure"]
         device = device_label({**measure, "device": device}, measure["threads"])
-        candidates = read_archs(args.archs or root / "archs.parquet")
+        candidates = read_archs(args.archs or layout.archs(args.scale, args.results))
         target = measure_for_adaptation(measure, space, candidates, vocab, device, k,
                                         selection, section["seed"])
-    written = adapt_device(section, space, vocab, sources, target, device, k, root / ADAPTED,
-                           args.method, selection)
+    out = Path(layout.adapted(args.scale, args.results))
+    written = adapt_device(section, space, vocab, sources, target, device, k, out, args.method,
+                           selection)
     with pl.Config(tbl_rows=100, fmt_str_lengths=100, tbl_width_chars=200):
         print(pl.DataFrame(written))
     print(f"query it: hwgptbench query --scale {args.scale} --results {args.results} "

@@ -1,0 +1,264 @@
+"""Where every result lives: each path of the results tree, named once.
+
+The workflow rules (through ``workflow/rules/common.smk``), the subcommands' defaults,
+``Benchmark.load`` and the figures stage all take their paths from here, and
+``tests/test_layout.py`` holds dvc.yaml's ``outs:`` against it, so that moving an output is
+one edit. A function's arguments fill the path; the rules pass Snakemake wildcards
+(``"{scale}"``), which the path then keeps. ``results`` is the results folder (``results``
+from the project root).
+"""
+
+from __future__ import annotations
+
+RESULTS = "results"
+
+
+# -- the data stage and the params the workflow mirrors ------------------------------------
+
+def data(name: str, results: str = RESULTS) -> str:
+    """Token shards, tokenizer and manifest of the data params named ``name``."""
+    return f"{results}/data/{name}"
+
+
+def params_sections(results: str = RESULTS) -> str:
+    """One JSON file per params section, written by the workflow for the jobs to read."""
+    return f"{results}/.params"
+
+
+def log(*parts: str, results: str = RESULTS) -> str:
+    """A job's log: ``log("tiny", "supernet")`` is ``results/logs/tiny/supernet.log``."""
+    return f"{results}/logs/{'/'.join(parts)}.log"
+
+
+# -- one scale -----------------------------------------------------------------------------
+
+def scale_dir(scale: str, results: str = RESULTS) -> str:
+    return f"{results}/{scale}"
+
+
+def supernet_dir(scale: str, results: str = RESULTS) -> str:
+    return f"{results}/{scale}/supernet"
+
+
+def supernet(scale: str, results: str = RESULTS) -> str:
+    """The trained supernet; its snapshots and loss table lie beside it."""
+    return f"{supernet_dir(scale, results)}/supernet.pt"
+
+
+def snapshot(scale: str, step: int | str, results: str = RESULTS) -> str:
+    return f"{supernet_dir(scale, results)}/supernet-step-{step}.pt"
+
+
+def loss_table(scale: str, results: str = RESULTS) -> str:
+    return f"{supernet_dir(scale, results)}/loss.parquet"
+
+
+def train_work(scale: str, results: str = RESULTS) -> str:
+    """Resumable training checkpoints (not versioned)."""
+    return f"{results}/{scale}/.train"
+
+
+def archs(scale: str, results: str = RESULTS) -> str:
+    return f"{results}/{scale}/archs.parquet"
+
+
+def perplexity(scale: str, results: str = RESULTS) -> str:
+    return f"{results}/{scale}/perplexity.parquet"
+
+
+def import_report(scale: str, results: str = RESULTS) -> str:
+    """What the HW-GPT-Bench import counted (duplicates, archs outside the space)."""
+    return f"{results}/{scale}/perplexity.import.json"
+
+
+def shard(scale: str, device: str, index: int | str, count: int | str,
+          results: str = RESULTS) -> str:
+    """Shard ``index`` of ``count`` of one device's measurements."""
+    return f"{results}/{scale}/.measure/{device}/shard-{index}-of-{count}.parquet"
+
+
+def device_tables(scale: str, results: str = RESULTS) -> str:
+    """The folder of the device tables measured (or pulled) here."""
+    return f"{results}/{scale}/measure"
+
+
+def device_table(scale: str, device: str, results: str = RESULTS) -> str:
+    return f"{device_tables(scale, results)}/{device}.parquet"
+
+
+PUBLISHED = "devices"  # tables published from other machines, beside results/ (versioned)
+
+
+def published_tables(scale: str, published: str = PUBLISHED) -> str:
+    return f"{published}/{scale}"
+
+
+def published_table(scale: str, device: str, published: str = PUBLISHED) -> str:
+    """A device table published with ``hwgptbench publish-device`` (its own DVC pointer)."""
+    return f"{published_tables(scale, published)}/{device}.parquet"
+
+
+def measurements(scale: str, results: str = RESULTS) -> str:
+    """Every device's table of a scale, merged."""
+    return f"{results}/{scale}/measurements.parquet"
+
+
+def runtime_tables(scale: str, results: str = RESULTS) -> str:
+    return f"{results}/{scale}/runtime"
+
+
+def runtime_table(scale: str, device: str, results: str = RESULTS) -> str:
+    return f"{runtime_tables(scale, results)}/{device}.parquet"
+
+
+def runtime(scale: str, results: str = RESULTS) -> str:
+    """Every device's runtime table, merged."""
+    return f"{results}/{scale}/runtime.parquet"
+
+
+def breakdown_tables(scale: str, results: str = RESULTS) -> str:
+    return f"{results}/{scale}/breakdown"
+
+
+def breakdown_table(scale: str, device: str, results: str = RESULTS) -> str:
+    return f"{breakdown_tables(scale, results)}/{device}.parquet"
+
+
+def breakdown(scale: str, results: str = RESULTS) -> str:
+    """Every device's per-module breakdown, merged."""
+    return f"{results}/{scale}/breakdown.parquet"
+
+
+def surrogates(scale: str, results: str = RESULTS) -> str:
+    return f"{results}/{scale}/surrogates"
+
+
+def perplexity_surrogates(scale: str, results: str = RESULTS) -> str:
+    return f"{surrogates(scale, results)}/perplexity"
+
+
+def device_surrogates(scale: str, device: str, results: str = RESULTS) -> str:
+    return f"{surrogates(scale, results)}/devices/{device}"
+
+
+def quality(scale: str, results: str = RESULTS) -> str:
+    """The surrogates' quality table, one row per (metric, device, condition, family)."""
+    return f"{surrogates(scale, results)}/quality.parquet"
+
+
+def predictions(scale: str, results: str = RESULTS) -> str:
+    """The surrogates' out-of-fold predictions (beside the quality table)."""
+    return f"{surrogates(scale, results)}/predictions.parquet"
+
+
+def surrogate_metrics(scale: str, results: str = RESULTS) -> str:
+    return f"{results}/{scale}/surrogate_quality.json"
+
+
+def adapted(scale: str, results: str = RESULTS) -> str:
+    """Surrogates adapted to new devices by ``hwgptbench adapt``."""
+    return f"{results}/{scale}/adapted"
+
+
+def transfer(scale: str, results: str = RESULTS) -> str:
+    return f"{results}/{scale}/transfer"
+
+
+def transfer_quality(scale: str, results: str = RESULTS) -> str:
+    return f"{transfer(scale, results)}/quality.parquet"
+
+
+def transfer_summary(scale: str, results: str = RESULTS) -> str:
+    return f"{transfer(scale, results)}/summary.parquet"
+
+
+def search(scale: str, results: str = RESULTS) -> str:
+    return f"{results}/{scale}/search"
+
+
+def search_reference(scale: str, objectives: str, device: str, results: str = RESULTS) -> str:
+    return f"{search(scale, results)}/{objectives}/{device}/reference"
+
+
+def search_runs(scale: str, objectives: str, device: str, algorithm: str,
+                results: str = RESULTS) -> str:
+    """One algorithm's runs, a table per seed."""
+    return f"{search(scale, results)}/{objectives}/{device}/{algorithm}"
+
+
+def search_table(scale: str, name: str, results: str = RESULTS) -> str:
+    """A summary table of every search of a scale: ``final``, ``summary`` or ``attainment``."""
+    return f"{search(scale, results)}/{name}.parquet"
+
+
+def search_metrics(scale: str, results: str = RESULTS) -> str:
+    return f"{results}/{scale}/search_metrics.json"
+
+
+def figures(scale: str, results: str = RESULTS) -> str:
+    return f"{results}/{scale}/figures"
+
+
+def tables(scale: str, results: str = RESULTS) -> str:
+    return f"{results}/{scale}/tables"
+
+
+def plots(scale: str, results: str = RESULTS) -> str:
+    """The data of the DVC plots."""
+    return f"{results}/{scale}/plots"
+
+
+def figure(scale: str, name: str, results: str = RESULTS) -> str:
+    """A figure (``.png``; its ``.svg`` lies beside it)."""
+    return f"{figures(scale, results)}/{name}.png"
+
+
+def table(scale: str, name: str, results: str = RESULTS) -> str:
+    """A table (``.csv``; its ``.md`` lies beside it)."""
+    return f"{tables(scale, results)}/{name}.csv"
+
+
+def plot(scale: str, name: str, results: str = RESULTS) -> str:
+    return f"{plots(scale, results)}/{name}.csv"
+
+
+# -- compression of a dense model ----------------------------------------------------------
+
+def compress(name: str, results: str = RESULTS) -> str:
+    return f"{results}/compress/{name}"
+
+
+def dense(name: str, results: str = RESULTS) -> str:
+    """The dense model, pretrained here or imported."""
+    return f"{compress(name, results)}/dense.pt"
+
+
+def compress_supernet_dir(name: str, results: str = RESULTS) -> str:
+    return f"{compress(name, results)}/supernet"
+
+
+def compress_supernet(name: str, results: str = RESULTS) -> str:
+    """The dense model's fine-tuned supernet (its loss table beside it)."""
+    return f"{compress_supernet_dir(name, results)}/supernet.pt"
+
+
+def compress_loss(name: str, results: str = RESULTS) -> str:
+    return f"{compress_supernet_dir(name, results)}/loss.parquet"
+
+
+def compress_work(name: str, step: str, results: str = RESULTS) -> str:
+    """Resumable checkpoints of the ``dense`` pretraining or the ``finetune``."""
+    return f"{compress(name, results)}/.{step}"
+
+
+def compress_result(name: str, table: str, results: str = RESULTS) -> str:
+    """A table of the compression: ``search`` (runs), ``subnets`` or ``compress``."""
+    return f"{compress(name, results)}/{table}.parquet"
+
+
+def compress_figures(name: str, results: str = RESULTS) -> str:
+    return f"{compress(name, results)}/figures"
+
+
+def report(results: str = RESULTS) -> str:
+    return f"{results}/report.html"
