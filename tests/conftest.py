@@ -119,7 +119,7 @@ def project(tmp_path: Path) -> Path:
 
 # Modules that take minutes: collected first, so that under `make test` (pytest-xdist,
 # --dist loadfile) a worker starts each of them at once while the others share the rest.
-LONG_MODULES = ("test_workflow.py", "test_runtime.py", "test_measurements.py")
+LONG_MODULES = ("test_workflow.py", "test_runtime.py", "test_types.py", "test_measurements.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

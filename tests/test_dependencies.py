@@ -23,6 +23,7 @@ NOT_IMPORTED = {
     "pytest-timeout": "pytest plugin (pyproject's timeout)",
     "pytest-xdist": "pytest plugin (make test's -n)",
     "ruff": "the linter, run as a command by make test",
+    "mypy": "the type checker, run as a command by tests/test_types.py",
     "dvc-s3": "DVC's S3 remote plugin (docs/remotes.md)",
     "moto": "its S3 server, started as a command by the remote tests",
     "snakemake-executor-plugin-slurm": "Snakemake's SLURM executor (workflow/profiles/slurm)",

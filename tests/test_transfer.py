@@ -337,3 +337,23 @@ def test_snakemake_plans_the_transfer_rule(tmp_path: Path) -> None:
     assert "rule transfer:" in out
     out = run(["snakemake", "-n", "results/tiny/figures/transfer_quality.png"], project).stdout
     assert "rule transfer:" in out and "rule figures_of_scale:" in out
+
+
+def test_every_condition_of_a_metric_is_adapted(measurements: pl.DataFrame,
+                                                tmp_path: Path) -> None:
+    """A new device measured under two conditions gets a meta_ridge surrogate for each (the
+    second used to receive the first's arch ids in place of the sources' values)."""
+    decode = measurements.with_columns(pl.lit("decode").alias("workload"),
+                                       pl.lit(16).alias("gen_len"),
+                                       (pl.col("latency_ms") / 8).alias("latency_ms"))
+    both = pl.concat([measurements, decode], how="diagonal_relaxed")
+    new = both.filter(pl.col("device") == "gpu-b")
+    written = adapt_device(SECTION, SPACE, VOCAB, both.filter(pl.col("device") != "gpu-b"), new,
+                           "new-gpu", 10, tmp_path / "tiny" / "adapted", method="meta_ridge")
+    conditions = {row["condition"] for row in written}
+    assert len(conditions) == new.select("batch_size", "seq_len", "workload").n_unique() >= 2
+    bench = Benchmark.load("tiny", tmp_path)
+    for condition in conditions:
+        predicted = bench.query(bench.sample(20, seed=3), "latency_ms", device="new-gpu",
+                                condition=condition)
+        assert (predicted["latency_ms"] > 0).all()

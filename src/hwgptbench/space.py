@@ -40,9 +40,15 @@ def _int(field: str, value: Any) -> int:
     return int(value)
 
 
+def _is_number(value: Any) -> bool:
+    """Whether value is a real number (numpy's included) other than a bool. A plain check, not
+    an isinstance narrowing: the ``numbers.Real`` stubs declare no comparison with an int."""
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
 def _ratio(field: str, value: Any) -> Ratio:
     """A positive finite ratio; an integral float becomes an int so ids and equality agree."""
-    if not isinstance(value, Real) or isinstance(value, bool) or not 0 < value < math.inf:
+    if not _is_number(value) or not 0 < value < math.inf:
         raise InvalidArchError(f"{field}: {value!r} is not a positive finite number")
     return int(value) if float(value).is_integer() else float(value)
 
@@ -218,7 +224,7 @@ class SearchSpace:
                              f"{kv} (grouped-query attention), got {list(self.n_head)}")
         for field in ("rope_base", "norm_eps"):
             value = getattr(self, field)
-            if not isinstance(value, Real) or isinstance(value, bool) or not value > 0:
+            if not _is_number(value) or not value > 0:
                 raise ValueError(f"{where}: {field}: {value!r} is not a positive number")
         if self.family == "llama" and self.bias != (False,):
             raise ValueError(f"{where}: bias: the llama family has no biases; set bias: [false]")
@@ -331,8 +337,8 @@ class SearchSpace:
         if (arch.embed_dim in embed and arch.n_layer in depth and arch.bias in bias
                 and heads.issuperset(arch.n_head) and ratios.issuperset(arch.mlp_ratio)):
             return  # set lookups first: 10^5 archs are validated per query
-        values = [("embed_dim", arch.embed_dim, self.embed_dim),
-                  ("n_layer", arch.n_layer, self.n_layer)]
+        values: list[tuple[str, Ratio, tuple[Ratio, ...]]] = [
+            ("embed_dim", arch.embed_dim, self.embed_dim), ("n_layer", arch.n_layer, self.n_layer)]
         values += [(f"n_head[{i}]", h, self.n_head) for i, h in enumerate(arch.n_head)]
         values += [(f"mlp_ratio[{i}]", r, self.mlp_ratio) for i, r in enumerate(arch.mlp_ratio)]
         values.append(("bias", arch.bias, self.bias))

@@ -94,12 +94,13 @@ class SubnetEvaluator:
         return self._cached("perplexity", arch, compute)
 
     def accuracy(self, arch: Arch) -> float | None:
-        if self.cloze is None:
+        cloze = self.cloze
+        if cloze is None:
             return None
 
         def compute() -> float:
             self.supernet.set_arch(arch)
-            return score_cloze(self.supernet, self.cloze, device=self.device)["accuracy"]
+            return score_cloze(self.supernet, cloze, device=self.device)["accuracy"]
         return self._cached("accuracy", arch, compute)
 
     def was_timed(self, arch: Arch) -> bool:

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from torch.utils.hooks import RemovableHandle
 
-from ..model.gpt import GPT, Block
+from ..model.gpt import GPT, Block, GatedMLP
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +48,10 @@ def unit_importance(model: GPT, batches: Sequence[Tensor]) -> list[LayerImportan
     if not batches:
         raise ValueError("importance needs at least one calibration batch")
     sums = [[torch.zeros(b.attn.n_head), torch.zeros(b.mlp.proj.in_features)]
-            for b in model.blocks]
+            for b in model.block_list()]
     tokens = 0
 
-    def recorder(i: int, block: Block):
+    def recorder(i: int, block: Block) -> list[RemovableHandle]:
         attn_proj, mlp_proj = block.attn.proj, block.mlp.proj
         hs = block.attn.head_size
 
@@ -69,7 +70,7 @@ def unit_importance(model: GPT, batches: Sequence[Tensor]) -> list[LayerImportan
         return [attn_proj.register_forward_pre_hook(heads),
                 mlp_proj.register_forward_pre_hook(channels)]
 
-    handles = [h for i, block in enumerate(model.blocks) for h in recorder(i, block)]
+    handles = [h for i, block in enumerate(model.block_list()) for h in recorder(i, block)]
     was_training = model.training
     model.eval()
     device = model.wte.weight.device
@@ -112,7 +113,7 @@ def _permute_block(block: Block, heads: Tensor, channels: Tensor) -> None:
         k, v = (_rows(k, heads, hs), _rows(v, heads, hs)) if mha else (k, v)
         param.copy_(torch.cat([_rows(q, heads, hs), k, v]))
     attn.proj.weight.copy_(_rows(attn.proj.weight.T, heads, hs).T)
-    inputs = [mlp.gate, mlp.up] if hasattr(mlp, "gate") else [mlp.fc]
+    inputs = [mlp.gate, mlp.up] if isinstance(mlp, GatedMLP) else [mlp.fc]
     for linear in inputs:
         linear.weight.copy_(linear.weight[channels])
         if linear.bias is not None:
@@ -126,7 +127,7 @@ def reorder(model: GPT, importance: Sequence[LayerImportance]) -> list[LayerImpo
     if len(importance) != len(model.blocks):
         raise ValueError(f"{len(importance)} layer scores for {len(model.blocks)} blocks")
     reordered = []
-    for block, scores in zip(model.blocks, importance, strict=True):
+    for block, scores in zip(model.block_list(), importance, strict=True):
         heads = head_order(scores.heads, block.attn.n_kv_head)
         channels = torch.argsort(scores.channels, descending=True, stable=True)
         _permute_block(block, heads, channels)

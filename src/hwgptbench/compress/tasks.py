@@ -22,7 +22,7 @@ captures better.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,7 +64,7 @@ class _SpanSampler:
     """Random spans of ``length`` tokens from shards; a shard is drawn in proportion to its
     number of start positions, a start uniformly."""
 
-    def __init__(self, shards: list[np.ndarray], length: int):
+    def __init__(self, shards: Sequence[np.ndarray], length: int):
         self.shards = [s for s in shards if len(s) >= length]
         starts = np.array([len(s) - length + 1 for s in self.shards], dtype=np.float64)
         self.weights = starts / starts.sum()
@@ -76,7 +76,7 @@ class _SpanSampler:
         return np.asarray(shard[start:start + self.length], dtype=np.int64)
 
 
-def _check_args(shards: list[np.ndarray], n_items: int, context_len: int, choice_len: int,
+def _check_args(shards: Sequence[np.ndarray], n_items: int, context_len: int, choice_len: int,
                 n_choices: int) -> None:
     for name, value, least in [("n_items", n_items, 1), ("context_len", context_len, 1),
                                ("choice_len", choice_len, 1), ("n_choices", n_choices, 2)]:
@@ -102,7 +102,7 @@ def _distractors(sampler: _SpanSampler, truth: np.ndarray, count: int,
                      f"distractors of choice_len = {len(truth)} tokens")
 
 
-def build_cloze(shards: list[np.ndarray], n_items: int, context_len: int = CONTEXT_LEN,
+def build_cloze(shards: Sequence[np.ndarray], n_items: int, context_len: int = CONTEXT_LEN,
                 choice_len: int = CHOICE_LEN, n_choices: int = N_CHOICES, seed: int = 0
                 ) -> ClozeItems:
     """``n_items`` cloze items from the held-out token ``shards``, drawn from ``seed``.

@@ -116,7 +116,7 @@ def build(params: dict[str, Any], out_dir: str | os.PathLike[str]) -> dict[str, 
 
     with atomic_dir(out_dir) as staging:
         tokenizer.save(str(staging / TOKENIZER_FILE))
-        splits = {}
+        splits: dict[str, dict[str, Any]] = {}
         for name, indices in split.items():
             writer = ShardWriter(staging, name, dtype, params["shard_tokens"])
             tokens = encode_split(corpus, indices, tokenizer, writer, eot_id)

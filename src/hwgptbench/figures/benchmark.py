@@ -26,6 +26,7 @@ from .style import (
     grid_shape,
     metric_label,
     new_figure,
+    number,
     save,
     styled,
 )
@@ -68,7 +69,7 @@ def perplexity_label(perplexity: pl.DataFrame) -> str:
     if "source" in perplexity.columns and perplexity["source"].drop_nulls().len():
         repository = perplexity["source"].drop_nulls()[0].split("@")[0].rsplit("/", 1)[-1]
         return f"perplexity (published by {repository})"
-    return f"perplexity ({int(perplexity['train_steps'].max())} training steps)"
+    return f"perplexity ({int(number(perplexity['train_steps'].max()))} training steps)"
 
 
 @styled
@@ -208,7 +209,8 @@ def dimension_effects(measurements: pl.DataFrame, out_stem: PathLike,
             if dim != "mlp_ratio":
                 ax.set_xticks(range(len(levels)), [str(v) for v in levels])
             ax.set_xlabel(_DIMENSION_LABELS[dim])
-            if part[metric].min() > 0 and part[metric].max() > 20 * part[metric].min():
+            low, high = number(part[metric].min()), number(part[metric].max())
+            if low > 0 and high > 20 * low:
                 ax.set_yscale("log")  # conditions an order of magnitude apart
         row[0].set_ylabel(metric_label(metric))
     if len(groups) > 1:

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import polars as pl
+from matplotlib.artist import Artist
 
 from .style import DOUBLE_WIDTH, algorithm_color, algorithm_marker, new_figure, save, styled
 
@@ -49,7 +50,7 @@ def compression_figure(table: pl.DataFrame, subnets: pl.DataFrame, runs: pl.Data
         ax.set_xlabel(label)
         ax.set_ylabel("validation perplexity")
         ax.grid(alpha=0.3)
-    legend: dict[str, object] = {}
+    legend: dict[str, Artist] = {}
     for ax in axes:  # squares appear on the latency panel only
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             legend.setdefault(label, handle)

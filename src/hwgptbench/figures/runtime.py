@@ -41,7 +41,7 @@ def breakdown_bars(breakdown: pl.DataFrame, out_stem: PathLike) -> list[Path]:
     modules = breakdown.filter(pl.col("view") == "modules")
     order = [c for c in (*MODULE_CLASSES, *STAGE_CLASSES, OTHER)
              if c in set(modules["category"])]
-    palette = matplotlib.colormaps["tab20"].colors  # one colour per class (up to 20)
+    palette = matplotlib.color_sequences["tab20"]  # one colour per class (up to 20)
     colors = {category: palette[i % len(palette)] for i, category in enumerate(order)}
     panels = modules.select("device", "workload").unique().sort("device", "workload")
     rows, cols = grid_shape(panels.height)

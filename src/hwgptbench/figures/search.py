@@ -20,6 +20,7 @@ from .style import (
     grid_shape,
     metric_label,
     new_figure,
+    number,
     save,
     styled,
 )
@@ -65,7 +66,7 @@ def hypervolume_curves(runs: pl.DataFrame, out_stem: PathLike) -> list[Path]:
         grid = np.unique(group["cumulative_cost"].to_numpy())
         best = float((group["hypervolume"] + group["hv_regret"]).max())  # the reference front's
         positive = group.filter(pl.col("hv_regret") > 0)["hv_regret"]
-        floor = 10 ** np.floor(np.log10(positive.min() / 2)) if len(positive) else 1e-4
+        floor = 10 ** np.floor(np.log10(number(positive.min()) / 2)) if len(positive) else 1e-4
         for algorithm in algorithms:
             seeds = group.filter(pl.col("algorithm") == algorithm).partition_by("seed")
             if not seeds:

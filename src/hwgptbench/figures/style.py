@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -22,11 +22,14 @@ from matplotlib.figure import Figure
 
 from ..io import atomic_path
 
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
+
 DPI = 200
 SINGLE_WIDTH = 3.5  # inches, one paper column
 DOUBLE_WIDTH = 7.2  # inches, full page width
 
-RC: dict[str, Any] = {
+RC: dict[RcKeyType, Any] = {
     "font.size": 8.5,
     "axes.titlesize": 8.5,
     "axes.labelsize": 8.5,
@@ -99,6 +102,14 @@ def metric_label(metric: str) -> str:
     if name and unit in _UNITS:
         return f"{name.replace('_', ' ')} ({_UNITS[unit]})"
     return metric.replace("_", " ")
+
+
+def number(value: object) -> float:
+    """A numeric aggregate of a polars Series (``max()``, ``min()``: a Python scalar, or None
+    for an empty or all-null Series) as the number it is; TypeError for anything else."""
+    if isinstance(value, (int, float)):
+        return value
+    raise TypeError(f"not a number: {value!r}")
 
 
 def _fallback(name: str) -> str:

@@ -5,12 +5,16 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 from matplotlib.lines import Line2D
 
 from ..transfer.evaluate import summarize
-from .style import DOUBLE_WIDTH, metric_label, new_figure, save, styled
+from .style import DOUBLE_WIDTH, metric_label, new_figure, number, save, styled
+
+if TYPE_CHECKING:
+    from matplotlib.typing import LineStyleType
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +23,7 @@ PathLike = str | os.PathLike[str]
 TRANSFER_COLORS = {"ridge": "#e69f00", "meta_ridge": "#0072b2", "basis": "#56b4e9",
                    "boost": "#009e73", "flops": "#7f7f7f", "params": "#bbbbbb",
                    "nearest_source": "#cc79a7", "full_surrogate": "#000000"}
-SELECTION_STYLES = {"designed": "-", "random": "--"}
+SELECTION_STYLES: dict[str, LineStyleType] = {"designed": "-", "random": "--"}
 HOLD_OUT_LABELS = {"target": "sources: all other targets",
                    "device": "sources: other devices only"}
 # (score, statistic, title): a 2 x 2 block of panels per metric
@@ -63,8 +67,8 @@ def transfer_quality(quality: pl.DataFrame, out_stem: PathLike) -> list[Path]:
     ks = sorted(summary["k"].drop_nulls().unique())
     for block, (metric, hold_out) in enumerate(blocks.iter_rows()):
         part = summary.filter(pl.col("metric") == metric, pl.col("hold_out") == hold_out)
-        heading = (f"{metric_label(metric)}, {int(part['targets'].max())} held-out targets, "
-                   f"{HOLD_OUT_LABELS.get(hold_out, hold_out)}")
+        heading = (f"{metric_label(metric)}, {int(number(part['targets'].max()))} held-out "
+                   f"targets, {HOLD_OUT_LABELS.get(hold_out, hold_out)}")
         block_axes = axes[2 * block:2 * block + 2].flat
         for ax, (score, statistic, title) in zip(block_axes, PANELS, strict=True):
             column = f"{score}_{statistic}"

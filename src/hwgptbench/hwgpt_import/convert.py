@@ -61,9 +61,10 @@ def locate(scale: str, folder: str | Path, url: str | None = None, rev: str | No
         raise PublishedDataError(f"{unpointed} has no DVC import pointer but other {scale} "
                                  "files have: fetch them all again with hwgptbench "
                                  "fetch-hwgptbench")
-    if len(sources) > 1:
+    if len(sources) > 1:  # all pointed, as checked above
+        pointed = sorted(s for s in sources if s is not None)
         raise PublishedDataError(f"the {scale} files under {folder} were imported from "
-                                 f"different sources {sorted(sources)}: fetch them all from "
+                                 f"different sources {pointed}: fetch them all from "
                                  "one (dvc update --rev REV on every pointer)")
     found = sources.pop()
     if found is None:

@@ -12,12 +12,13 @@ hardware fingerprint and the software versions, so tables from many machines mer
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,7 @@ def parse_shard(text: str) -> tuple[int, int]:
     return index, count
 
 
-def settings_from_params(section: dict[str, Any]) -> Settings:
+def settings_from_params(section: Mapping[str, Any]) -> Settings:
     """Measurement settings of the ``measure`` params section."""
     return Settings(threads=section["threads"], warmup=section["warmup"],
                     min_repeats=section["min_repeats"], max_repeats=section["max_repeats"],
@@ -89,7 +90,7 @@ def settings_from_params(section: dict[str, Any]) -> Settings:
                     seed=section["seed"])
 
 
-def conditions(section: dict[str, Any], space: SearchSpace, device: torch.device
+def conditions(section: Mapping[str, Any], space: SearchSpace, device: torch.device
                ) -> list[Condition]:
     """The conditions of the ``measure`` params section that this device runs."""
     too_long = [t for t in section["seq_lens"] if t > space.block_size]
@@ -173,7 +174,7 @@ def _frame(rows: Sequence[dict[str, Any]]) -> pl.DataFrame:
 class _Campaign:
     """What every group of a measurement run shares."""
 
-    section: dict[str, Any]
+    section: Mapping[str, Any]
     space: SearchSpace
     archs: Sequence[Arch]
     vocab_size: int
@@ -268,7 +269,7 @@ def assemble(plan: GroupPlan, groups: Sequence[list[dict[str, Any]]], archs: Seq
     return out
 
 
-def measure_rows(section: dict[str, Any], space: SearchSpace, archs: Sequence[Arch],
+def measure_rows(section: Mapping[str, Any], space: SearchSpace, archs: Sequence[Arch],
                  vocab_size: int, label: str, desc: str = "measure",
                  parts: ShardParts | None = None) -> list[dict[str, Any]]:
     """Rows of every (arch, condition) on this machine, labelled ``label``.
@@ -291,7 +292,7 @@ def measure_rows(section: dict[str, Any], space: SearchSpace, archs: Sequence[Ar
             log.info("energy not measured: %s", meter.reason)
         campaign = _Campaign(section, space, archs, vocab_size, device, meter, settings)
         for condition in conditions(section, space, device):
-            plan = (parts.plan(condition, lambda c=condition: campaign.plan(c)) if parts
+            plan = (parts.plan(condition, functools.partial(campaign.plan, condition)) if parts
                     else campaign.plan(condition))
             groups = []
             for g, group in enumerate(tqdm(plan.groups, desc=f"{desc} {condition.id}",
@@ -331,7 +332,7 @@ def _check_unique(table: pl.DataFrame, what: str) -> None:
                          f"(device, arch, condition) twice, e.g. {duplicated.row(0, named=True)}")
 
 
-def merge_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]
+def merge_shards(paths: Sequence[str | Path], out: str | os.PathLike[str]
                  ) -> pl.DataFrame:
     """One device's table from its shards; each (arch, condition) exactly once."""
     table = pl.concat([pl.read_parquet(p) for p in paths], how="vertical_relaxed")
@@ -343,7 +344,7 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
     return table
 
 
-def merge_devices(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]
+def merge_devices(paths: Sequence[str | Path], out: str | os.PathLike[str]
                   ) -> pl.DataFrame:
     """The cross-device table from device tables; a label used by two machines is an error."""
     table = pl.concat([pl.read_parquet(p) for p in paths], how="diagonal_relaxed")

@@ -80,9 +80,10 @@ class ElasticLinear(nn.Module):
                                    ("out_features", out_features, self.out_groups)):
             if size % groups:
                 raise ValueError(f"{name}={size} is not a multiple of its {groups} groups")
-        self.use_bias = _check_bias(bias)
-        if bias and not self.has_bias:
+        use_bias = _check_bias(bias)
+        if use_bias and not self.has_bias:
             raise ValueError("bias=True for a layer without bias")
+        self.use_bias = use_bias
 
     def reset_sub(self) -> None:
         self.set_sub(self.in_max, self.out_max, self.has_bias)
@@ -96,6 +97,7 @@ class ElasticLinear(nn.Module):
         """The selected bias (out,), or None with bias off."""
         if not self.use_bias:
             return None
+        assert self.bias is not None  # set_sub turns bias on only for a layer with one
         return leading(self.bias, 0, self.out_features, self.out_groups)
 
     def sub_state_dict(self) -> dict[str, Tensor]:

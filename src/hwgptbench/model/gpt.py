@@ -24,6 +24,7 @@ block's activations in training (recomputed in the backward pass).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn as nn
@@ -142,8 +143,10 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, n_head: int, cos: Tensor,
     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
     if cache is not None:
         k, v = cache.append(k, v)  # (B, nkv, cached + T, hs)
-    grouped = {"enable_gqa": True} if n_kv != n_head else {}
-    y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, **grouped)  # (B, nh, T, hs)
+    if n_kv != n_head:  # grouped-query attention
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=True)
+    else:
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)  # (B, nh, T, hs)
     return y.transpose(1, 2).reshape(B, T, C)
 
 
@@ -253,7 +256,7 @@ class Block(nn.Module):
         self.attn = CausalSelfAttention(embed_dim, n_head, config.head_size, bias,
                                         config.kv_heads(n_head))
         self.ln2 = norm_layer(config)
-        self.mlp = (GatedMLP if config.llama else MLP)(embed_dim, hidden, bias)
+        self.mlp: MLP | GatedMLP = (GatedMLP if config.llama else MLP)(embed_dim, hidden, bias)
         if self.parallel:
             self.residual = ParallelResidual()
         else:
@@ -292,13 +295,17 @@ class GPT(nn.Module):
         self.recompute = False  # training: recompute each block's activations in the backward
         self.apply(_init_weights)
 
+    def block_list(self) -> list[Block]:
+        """The blocks, typed as such (iterating the nn.ModuleList yields plain modules)."""
+        return [cast(Block, block) for block in self.blocks]
+
     def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
         """An empty KV cache for batch sequences of up to max_len (default: the context)."""
         max_len = self.config.block_size if max_len is None else max_len
         check_length(max_len, self.config.block_size)
         weight = self.wte.weight
         return KVCache([LayerCache(batch, b.attn.n_kv_head, b.attn.head_size, max_len,
-                                   weight.device, weight.dtype) for b in self.blocks])
+                                   weight.device, weight.dtype) for b in self.block_list()])
 
     def forward(self, idx: Tensor, targets: Tensor | None = None,
                 cache: KVCache | None = None) -> Tensor | tuple[Tensor, Tensor]:

@@ -10,6 +10,9 @@ from torch import Tensor
 class Rotary(nn.Module):
     """Cached cos/sin tables for positions 0..block_size-1 over n_dims rotary dims."""
 
+    cos: Tensor  # buffers (block_size, n_dims), registered in __init__
+    sin: Tensor
+
     def __init__(self, n_dims: int, block_size: int, base: float = 10000.0) -> None:
         super().__init__()
         inv_freq = 1.0 / base ** (torch.arange(0, n_dims, 2, dtype=torch.float32) / n_dims)

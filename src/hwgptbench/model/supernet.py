@@ -11,6 +11,8 @@ The space's ``family`` picks the blocks (:mod:`hwgptbench.model.elastic`).
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -45,7 +47,7 @@ class SuperGPT(nn.Module):
         self.space.validate(arch)
         self.arch = arch
         self.wte.set_sub(arch.embed_dim)
-        for i, block in enumerate(self.blocks):
+        for i, block in enumerate(self.block_list()):
             if i < arch.n_layer:
                 block.set_sub(arch.embed_dim, arch.n_head[i], arch.mlp_hidden[i], arch.bias)
             else:
@@ -53,6 +55,10 @@ class SuperGPT(nn.Module):
         self.ln_f.set_sub(arch.embed_dim)
         if not self.tied:
             self.lm_head.set_sub(arch.embed_dim, self.vocab_size, False)
+
+    def block_list(self) -> list[ElasticBlock]:
+        """The blocks, typed as such (iterating the nn.ModuleList yields plain modules)."""
+        return [cast(ElasticBlock, block) for block in self.blocks]
 
     def reset_arch(self) -> None:
         """Select the full network (the largest arch)."""
@@ -71,7 +77,7 @@ class SuperGPT(nn.Module):
 
     def _sub_state_dict(self) -> dict[str, Tensor]:
         """Selected weights in the layout of the fixed GPT."""
-        blocks = self.blocks[: self.arch.n_layer]
+        blocks = self.block_list()[: self.arch.n_layer]
         states = {f"blocks.{i}": block.sub_state_dict() for i, block in enumerate(blocks)}
         states |= {"wte": self.wte.sub_state_dict(), "ln_f": self.ln_f.sub_state_dict()}
         if not self.tied:
@@ -114,7 +120,7 @@ class SuperGPT(nn.Module):
             raise ValueError("the dense model is not the largest arch of search space "
                              f"{self.space.name!r}:\n" + "\n".join(f"  - {p}" for p in problems))
         state = dict(model.state_dict())
-        for i, block in enumerate(model.blocks):
+        for i, block in enumerate(model.block_list()):
             prefix = f"blocks.{i}.attn."
             for kind in ("weight", "bias"):
                 fused = state.pop(f"{prefix}qkv.{kind}", None)

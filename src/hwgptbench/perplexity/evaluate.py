@@ -25,7 +25,7 @@ from ..supernet.train import WindowSampler, load_supernet, step_rng
 log = logging.getLogger(__name__)
 
 
-def validation_batches(shards: list[np.ndarray], block_size: int, batches: int, batch_size: int,
+def validation_batches(shards: Sequence[np.ndarray], block_size: int, batches: int, batch_size: int,
                        seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``batches`` fixed (x, y) batches of validation windows, drawn from ``seed``."""
     sampler = WindowSampler(shards, block_size)
@@ -52,7 +52,7 @@ def evaluate(model: SuperGPT, archs: Sequence[Arch],
 
 
 def evaluate_supernets(supernets: dict[int, Path], archs: Sequence[Arch],
-                       val_shards: list[np.ndarray], section: dict[str, Any],
+                       val_shards: Sequence[np.ndarray], section: dict[str, Any],
                        device: torch.device) -> pl.DataFrame:
     """:func:`evaluate` with the weights of each supernet file (keyed by its training steps),
     on the same validation batches drawn as the ``perplexity`` params ``section`` says.

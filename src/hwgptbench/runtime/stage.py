@@ -21,6 +21,7 @@ import gc
 import logging
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -281,7 +282,7 @@ def write_runtime(runtime: pl.DataFrame, breakdown: pl.DataFrame,
     write_parquet(breakdown, breakdown_out)
 
 
-def merge_tables(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]
+def merge_tables(paths: Sequence[str | Path], out: str | os.PathLike[str]
                  ) -> pl.DataFrame:
     """The tables of several devices in one (an empty table when there are none)."""
     tables = [pl.read_parquet(p) for p in paths]

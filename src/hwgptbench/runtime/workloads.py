@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn as nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import record_function
 
@@ -103,7 +102,7 @@ def build_workload(space: SearchSpace, arch: Arch, vocab_size: int, condition: C
     training = condition.workload == "train_step"
     weights = torch.float32 if training else DTYPES[condition.dtype]
     model = build_model(space, arch, vocab_size, seed, device, weights)
-    runnable: nn.Module = model
+    runnable: Callable[..., Any] = model
     if condition.quant != "none":
         try:
             runnable = quantize(model, QUANT_METHODS[condition.quant])
@@ -126,7 +125,7 @@ def build_workload(space: SearchSpace, arch: Arch, vocab_size: int, condition: C
     return workload
 
 
-def _prefill(model: GPT, runnable: nn.Module, x: torch.Tensor, condition: Condition
+def _prefill(model: GPT, runnable: Callable[..., Any], x: torch.Tensor, condition: Condition
              ) -> Workload:
     def call() -> torch.Tensor:
         with torch.inference_mode(), attention_backend(condition.attention):
@@ -135,7 +134,7 @@ def _prefill(model: GPT, runnable: nn.Module, x: torch.Tensor, condition: Condit
     return Workload(call, x.numel(), 1, model)
 
 
-def _decode(model: GPT, runnable: nn.Module, x: torch.Tensor, condition: Condition
+def _decode(model: GPT, runnable: Callable[..., Any], x: torch.Tensor, condition: Condition
             ) -> Workload:
     prompt = x.size(1)
     cache = model.new_cache(x.size(0), prompt + condition.gen_len)
@@ -155,7 +154,7 @@ def _decode(model: GPT, runnable: nn.Module, x: torch.Tensor, condition: Conditi
     return Workload(call, x.size(0) * condition.gen_len, condition.gen_len, model)
 
 
-def _train_step(model: GPT, runnable: nn.Module, x: torch.Tensor, condition: Condition,
+def _train_step(model: GPT, runnable: Callable[..., Any], x: torch.Tensor, condition: Condition,
                 device: torch.device) -> Workload:
     model.train()
     model.recompute = condition.recompute

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..space import Arch
-from .problem import Problem
+from .problem import Objectives
 from .reference import Reference
 
 EPS = 1e-9
@@ -29,7 +29,7 @@ class BudgetExhausted(Exception):
 class Evaluator:
     """Scaled objective values (all minimized) of archs, within a budget of evaluations."""
 
-    problem: Problem
+    problem: Objectives
     reference: Reference
     budget: float
     records: list[dict] = field(default_factory=list)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -20,6 +20,27 @@ from ..space import Arch, SearchSpace
 
 TABLE_LIMIT = 50_000  # spaces up to this size are predicted whole, once per fidelity
 BATCH = 10_000
+
+
+class Objectives(Protocol):
+    """What :class:`~.evaluator.Evaluator` and :func:`~.runner.run` need of a problem: a
+    :class:`Problem`, or another source of objective values (the sub-networks of a compressed
+    model, surrogate predictions)."""
+
+    @property
+    def space(self) -> SearchSpace:
+        """The space of the archs evaluated."""
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """Names of the objectives (all minimized)."""
+
+    @property
+    def fidelities(self) -> list[int]:
+        """Training steps at which perplexity can be queried ([] without fidelities)."""
+
+    def values(self, archs: Sequence[Arch], fidelity: int | None = None) -> np.ndarray:
+        """Raw objective values (n, len(metrics))."""
 
 
 @dataclass
@@ -50,9 +71,8 @@ class Problem:
         return list(self.benchmark.fidelities)
 
     def _query(self, archs: Sequence[Arch], fidelity: int | None) -> np.ndarray:
-        kwargs = {} if fidelity is None else {"fidelity": fidelity}
         table = self.benchmark.query(archs, list(self.metrics), device=self.device,
-                                     condition=self.condition, **kwargs)
+                                     condition=self.condition, fidelity=fidelity)
         return table.select(self.metrics).to_numpy().astype(float)
 
     def _batched(self, archs: Sequence[Arch], fidelity: int | None) -> np.ndarray:

@@ -29,7 +29,7 @@ from .algorithms import get_algorithm
 from .evaluator import BudgetExhausted, Evaluator
 from .genome import Genome
 from .hypervolume import hypervolume_trace
-from .problem import Problem
+from .problem import Objectives, Problem
 from .reference import Reference
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def execute(evaluator: Evaluator, algorithm: str, seed: int,
             pass
 
 
-def run(problem: Problem, reference: Reference, algorithm: str, budget: int, seed: int,
+def run(problem: Objectives, reference: Reference, algorithm: str, budget: int, seed: int,
         options: dict[str, Any] | None = None) -> pl.DataFrame:
     """Run algorithm for budget evaluations; the table of its evaluations."""
     evaluator = Evaluator(problem, reference, float(budget))

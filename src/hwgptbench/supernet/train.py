@@ -29,6 +29,7 @@ import logging
 import math
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,7 @@ def step_rng(*key: int) -> np.random.Generator:
 class WindowSampler:
     """Random (input, target) windows of ``block_size`` tokens from a split's shards."""
 
-    def __init__(self, shards: list[np.ndarray], block_size: int):
+    def __init__(self, shards: Sequence[np.ndarray], block_size: int):
         self.shards = [s for s in shards if len(s) > block_size]
         if not self.shards:
             raise ValueError(f"no shard is longer than block_size {block_size} tokens")
@@ -296,8 +297,9 @@ def train(cfg: TrainConfig, space: SearchSpace, shards: TokenShards, out_dir: st
         torch.cuda.set_device(device)
     out_dir, work_dir = Path(out_dir), Path(work_dir)
     vocab_size = shards.manifest["tokenizer"]["vocab_size"]
-    initial = None if init is None else read_supernet_file(init, device)
-    if initial is not None:
+    initial: dict[str, Any] | None = None
+    if init is not None:
+        initial = read_supernet_file(init, device)
         check_initial(initial, space, vocab_size, init)
         vocab_size = initial["vocab_size"]
     fingerprint = run_fingerprint(cfg, space, shards,
@@ -326,10 +328,11 @@ def train(cfg: TrainConfig, space: SearchSpace, shards: TokenShards, out_dir: st
         else:
             log.warning("ignoring %s: it was made with other params or data", checkpoint_path)
 
-    wrapped: torch.nn.Module = model
+    ddp: torch.nn.parallel.DistributedDataParallel | None = None
     if dist.world_size > 1:
-        wrapped = torch.nn.parallel.DistributedDataParallel(
+        ddp = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
+    wrapped: torch.nn.Module = model if ddp is None else ddp
     sampler = WindowSampler(shards.split("train"), space.block_size)
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
                 else contextlib.nullcontext())
@@ -344,14 +347,14 @@ def train(cfg: TrainConfig, space: SearchSpace, shards: TokenShards, out_dir: st
         for i, arch in enumerate(archs):
             model.set_arch(arch)
             last = i == len(archs) - 1
-            sync = contextlib.nullcontext() if last or dist.world_size == 1 else wrapped.no_sync()
+            sync = contextlib.nullcontext() if last or ddp is None else ddp.no_sync()
             with sync:
                 with autocast:
                     _, loss = wrapped(x, y)
                 loss.backward()
             losses.append(loss.detach().float())
         history.extend(step_history(step, archs, global_mean(torch.stack(losses), dist),
-                                    scheduler.get_last_lr()[0]))
+                                    float(scheduler.get_last_lr()[0])))
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
         scheduler.step()

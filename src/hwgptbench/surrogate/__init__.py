@@ -17,7 +17,7 @@ monotone map, so the interval keeps its coverage; the point prediction becomes a
 from __future__ import annotations
 
 import os
-from typing import ClassVar, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -25,9 +25,17 @@ S = TypeVar("S", bound="Surrogate")
 
 
 class Surrogate(Protocol):
-    """A regression model of one metric with a central prediction interval."""
+    """A regression model of one metric with a central prediction interval.
 
-    family: ClassVar[str]
+    Each family's class also reads a model back with its classmethod ``load(folder)`` (what
+    :func:`.store.load_surrogate` calls); a model wrapped with a conformal widening
+    (:class:`.conformal.ConformalSurrogate`) is a surrogate too, rebuilt from its files by
+    :func:`.conformal.calibrated`.
+    """
+
+    @property
+    def family(self) -> str:
+        """Name of the family (a class constant of each family's class)."""
 
     @property
     def coverage(self) -> float:
@@ -44,10 +52,6 @@ class Surrogate(Protocol):
 
     def save(self, folder: str | os.PathLike[str]) -> None:
         """Write the fitted model into folder (created if missing)."""
-
-    @classmethod
-    def load(cls: type[S], folder: str | os.PathLike[str]) -> S:
-        """Read a model written by :meth:`save`."""
 
 
 def check_features(X: np.ndarray) -> np.ndarray:

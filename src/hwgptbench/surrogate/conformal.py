@@ -88,7 +88,7 @@ class ConformalSurrogate:
         self.model, self.by, self.log_space = model, float(by), bool(log_space)
 
     @property
-    def family(self) -> str:  # type: ignore[override]
+    def family(self) -> str:
         """The wrapped model's family."""
         return self.model.family
 

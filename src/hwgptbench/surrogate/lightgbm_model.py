@@ -86,7 +86,9 @@ class LightGBMSurrogate:
 
     def _raw(self, booster: lgb.Booster, X: np.ndarray) -> np.ndarray:
         # Rows are predicted independently, so every core may help: same result, less time.
-        return booster.predict(X, num_threads=os.cpu_count() or 1)
+        raw = booster.predict(X, num_threads=os.cpu_count() or 1)
+        assert isinstance(raw, np.ndarray)  # dense features give dense predictions
+        return raw
 
     def _calibrate(self, X: np.ndarray, z: np.ndarray) -> float:
         """CQR widening from cross-fitted conformity scores, in fitted (log) target units."""

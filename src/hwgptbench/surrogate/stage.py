@@ -313,7 +313,7 @@ def _null_reason(group: pl.DataFrame, metric: str) -> str:
     return f"not measured: {reasons[0]}" if reasons else "not measured"
 
 
-def merge_quality(paths: Sequence[str | os.PathLike[str]], scale: str,
+def merge_quality(paths: Sequence[str | Path], scale: str,
                   out_table: str | os.PathLike[str], out_metrics: str | os.PathLike[str]
                   ) -> pl.DataFrame:
     """One quality table of a scale, and its fitted rows as nested JSON for `dvc metrics`;

@@ -131,7 +131,7 @@ def _adapt_metric(section: Mapping[str, Any], space: SearchSpace, vocab_size: in
         model.prepare(feature_matrix(space, reference, vocab_size, *shape), measured)
         model.fit(X[chosen], rows["value"].to_numpy()[chosen])
         folder = out / target.metric / target.condition.id / AdaptedSurrogate.family
-        measured = [archs[i].id for i in chosen]
+        measured_archs = [archs[i].id for i in chosen]
         save_surrogate(model, folder, {
             "space_name": space.name, "space": space.to_dict(), "metric": target.metric,
             "device": target.device, "device_fingerprint": {},
@@ -139,7 +139,7 @@ def _adapt_metric(section: Mapping[str, Any], space: SearchSpace, vocab_size: in
             "feature_args": {"vocab_size": vocab_size, "batch_size": shape[0],
                              "seq_len": shape[1]},
             "transfer": {"method": method, "selection": selection, "k": k,
-                         "measured_archs": measured,
+                         "measured_archs": measured_archs,
                          "sources": [m.target.name for m in models]}})
         log.info("%s: %s from %d measured archs and %d sources (leave-one-out error %.1f%%)",
                  target.name, method, k, len(models), 100 * np.expm1(model.method.sigma))

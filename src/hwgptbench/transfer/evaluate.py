@@ -98,8 +98,9 @@ def held_out_case(profiles: Profiles, oof: np.ndarray, features: np.ndarray, j: 
         raise ValueError(f"{profiles.targets[j].name} cannot be its own source")
     others = list(others)
     rows = profiles.measured(j)
-    measured = np.log(profiles.values[np.ix_(rows, others)])
-    source_logs = np.where(np.isnan(measured), oof[np.ix_(rows, others)], measured)
+    grid = np.ix_(rows, np.asarray(others, dtype=np.intp))  # (measured rows) x (sources)
+    measured = np.log(profiles.values[grid])
+    source_logs = np.where(np.isnan(measured), oof[grid], measured)
     return Case(j, rows, np.log(profiles.values[rows, j]),
                 Design(features, oof[:, others], np.log(profiles.values[:, others])),
                 source_logs)

@@ -85,7 +85,10 @@ class Method(Protocol):
 
     name: ClassVar[str]
     needs_sources: ClassVar[bool]
-    sigma: float
+
+    @property
+    def sigma(self) -> float:
+        """Leave-one-out residual scale of the fit (log units)."""
 
     def prepare(self, reference: Design) -> None:
         """Learn from the sources' predictions of the reference archs."""
@@ -133,12 +136,14 @@ class Ridge(_Standardised):
     def fit(self, design: Design, z: np.ndarray) -> None:
         D = np.column_stack([np.ones(len(z)), self._standardised(design)])
         prior = np.zeros(D.shape[1])
-        best = None
+        best: tuple[float, float, np.ndarray] | None = None
         for alpha in self.alphas:
             penalty = np.diag([0.0] + [alpha] * (D.shape[1] - 1))
             theta, loo = penalized_fit(D, z, penalty, prior)
             if best is None or _rms(loo) < best[0]:
                 best = (_rms(loo), alpha, theta)
+        if best is None:
+            raise ValueError("ridge has no penalty to choose from: alphas is empty")
         self.sigma, self.alpha, self.coef = best
 
     def predict(self, design: Design) -> np.ndarray:

@@ -57,7 +57,9 @@ class SourceModel:
 
     def predict_log(self, features: np.ndarray) -> np.ndarray:
         """log(value) predictions from features of this target's condition."""
-        return self.booster.predict(features, num_threads=os.cpu_count() or 1)
+        logs = self.booster.predict(features, num_threads=os.cpu_count() or 1)
+        assert isinstance(logs, np.ndarray)  # dense features give dense predictions
+        return logs
 
 
 def fit_sources(profiles: Profiles, encoded: np.ndarray, space: SearchSpace, vocab_size: int,

@@ -79,7 +79,10 @@ def long_table(measurements: pl.DataFrame, metrics: Sequence[str]) -> pl.DataFra
                        pl.col(metric).cast(pl.Float64).alias("value"))
              .filter(pl.col("value").is_not_null() & (pl.col("value") > 0))
              for metric in metrics if metric in ok.columns]
-    table = (pl.concat(parts) if parts else pl.DataFrame(schema=LONG_SCHEMA)).cast(LONG_SCHEMA)
+    # polars annotates cast's mapping with an invariant key type that a dict[str, ...] does not
+    # match, though it takes one (pola-rs/polars#14468)
+    table = (pl.concat(parts) if parts else pl.DataFrame(schema=LONG_SCHEMA)).cast(
+        LONG_SCHEMA)  # type: ignore[arg-type]
     twice = table.filter(table.select(*TARGET_KEYS, "arch_id").is_duplicated())
     if twice.height:
         first = twice.row(0, named=True)

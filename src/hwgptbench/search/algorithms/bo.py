@@ -149,7 +149,7 @@ def _chebyshev(model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor, seed: int,
                                             alpha=float(options.get("alpha", 0.05)))
     acquisition = qLogNoisyExpectedImprovement(
         model, X_baseline=X, sampler=_sampler(seed, options),
-        objective=GenericMCObjective(lambda samples, X=None: scalarize(samples)),
+        objective=GenericMCObjective(scalarize),
         prune_baseline=True, cache_root=True)
     return lambda candidates: _scores(acquisition, candidates)
 
@@ -170,14 +170,18 @@ def _hypervolume(model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor, seed: in
     highest analytic EHVI."""
     ref_point = torch.full((Y.shape[-1],), -float(options.get("ref_point", 1.1)), dtype=DTYPE)
     partitioning = FastNondominatedPartitioning(ref_point=ref_point, Y=Y)
+    # BoTorch annotates partitioning as a NondominatedPartitioning, but any box decomposition
+    # of the front serves (its own examples pass a FastNondominatedPartitioning)
     try:
-        screen = ExpectedHypervolumeImprovement(model, ref_point=ref_point.tolist(),
-                                                partitioning=partitioning)
+        screen = ExpectedHypervolumeImprovement(
+            model, ref_point=ref_point.tolist(),
+            partitioning=partitioning)  # type: ignore[arg-type]
     except ValueError:  # no observed point better than the reference point: no screening
         screen = None
-    acquisition = qLogExpectedHypervolumeImprovement(model, ref_point=ref_point,
-                                                     partitioning=partitioning,
-                                                     sampler=_sampler(seed, options))
+    acquisition = qLogExpectedHypervolumeImprovement(
+        model, ref_point=ref_point,
+        partitioning=partitioning,  # type: ignore[arg-type]
+        sampler=_sampler(seed, options))
     keep = int(options.get("screen", 50))
 
     def score(candidates: torch.Tensor) -> np.ndarray:

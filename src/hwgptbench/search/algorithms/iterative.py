@@ -13,6 +13,7 @@ of points a shallow model (few leaves, ``min_data_in_leaf`` 3) keeps the ranking
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +47,7 @@ class PredictedProblem:
     def fidelities(self) -> list[int]:
         return []
 
-    def values(self, archs: list[Arch], fidelity: int | None = None) -> np.ndarray:
+    def values(self, archs: Sequence[Arch], fidelity: int | None = None) -> np.ndarray:
         X = self.space.encode(archs)
         return np.column_stack([b.predict(X) for b in self.boosters]) if archs else (
             np.empty((0, len(self.boosters))))
