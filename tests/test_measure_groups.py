@@ -131,7 +131,7 @@ def test_one_arch_out_of_memory_costs_only_its_row(where: str, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     section = _section(memory_budget_gb=_budget_for(5))
     plan = measurements._Campaign(section, SPACE, ARCHS, VOCAB, torch.device("cpu"), None,
-                                  measurements.settings_from_params(section)
+                                  measurements.measure_settings(section)
                                   ).plan(Condition(1, 16, "fp32"))
     victim = ARCHS[plan.groups[1].members[0]].id  # a member of the second group
     _fail_for(victim, where, monkeypatch)

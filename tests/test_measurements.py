@@ -96,6 +96,28 @@ def test_two_devices_merge_and_a_label_clash_is_refused(device_table: Path,
                                    tmp_path / "bad.parquet")
 
 
+def test_merge_commands_and_their_old_name(device_table: Path, tmp_path: Path,
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    """merge-devices merges device tables; merge-measurements --devices (the old name) does
+    the same and says what it is now called."""
+    from hwgptbench import cli
+
+    other = pl.read_parquet(device_table).with_columns(
+        device=pl.lit("cuda-other-gpu"), device_kind=pl.lit("cuda"),
+        device_name=pl.lit("Other GPU"), gpu_memory_gb=pl.lit(80.0))
+    other.write_parquet(tmp_path / "cuda-other-gpu.parquet")
+    tables = [str(device_table), str(tmp_path / "cuda-other-gpu.parquet")]
+    assert cli.main(["merge-devices", "--out", str(tmp_path / "new.parquet"), *tables]) == 0
+    assert cli.main(["merge-measurements", "--devices", "--out", str(tmp_path / "old.parquet"),
+                     *tables]) == 0
+    assert pl.read_parquet(tmp_path / "new.parquet").equals(
+        pl.read_parquet(tmp_path / "old.parquet"))
+    assert "merge-measurements is now merge-devices" in caplog.text
+    assert cli.main(["merge-shards", "--out", str(tmp_path / "one.parquet"),
+                     str(device_table)]) == 0
+    assert pl.read_parquet(tmp_path / "one.parquet").equals(pl.read_parquet(device_table))
+
+
 def test_label_of_other_hardware_is_an_error(shakespeare: Path, tmp_path: Path) -> None:
     archs = tmp_path / "archs.parquet"
     pl.DataFrame({"arch_id": [SPACE.smallest().id]}).write_parquet(archs)

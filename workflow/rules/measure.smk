@@ -38,7 +38,7 @@ rule measure_device:
     log:
         layout.log("{scale}", "measure_device-{device}"),
     shell:
-        "hwgptbench merge-measurements --out {output} {input} 2>&1 | tee {log}"
+        "hwgptbench merge-shards --out {output} {input} 2>&1 | tee {log}"
 
 
 rule measurements:
@@ -54,5 +54,5 @@ rule measurements:
     log:
         layout.log("{scale}", "measurements"),
     shell:
-        "mkdir -p {params.measure_dir} && hwgptbench merge-measurements --devices"
+        "mkdir -p {params.measure_dir} && hwgptbench merge-devices"
         " --out {output} {input} 2>&1 | tee {log}"

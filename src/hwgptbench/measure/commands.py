@@ -1,5 +1,5 @@
 """The measure stage's subcommands: ``measure`` (one shard on this machine), ``measure-plan``,
-``merge-measurements`` and ``devices``."""
+``merge-shards``, ``merge-devices`` and ``devices``."""
 
 from __future__ import annotations
 
@@ -50,13 +50,28 @@ def cmd_measure_plan(args: argparse.Namespace) -> None:
         atomic_write_text(args.out, table + "\n")
 
 
-def cmd_merge(args: argparse.Namespace) -> None:
-    """Merge measurement shards into a device table, or device tables into one table."""
-    from . import stage
+def cmd_merge_shards(args: argparse.Namespace) -> None:
+    """Merge the measurement shards of one device into its device table."""
+    from .stage import merge_shards
 
-    merge = stage.merge_devices if args.devices else stage.merge_shards
-    table = merge(args.inputs, args.out)
+    table = merge_shards(args.inputs, args.out)
     log.info("wrote %s: %d rows", args.out, table.height)
+
+
+def cmd_merge_devices(args: argparse.Namespace) -> None:
+    """Merge device tables into the table of every device of a scale."""
+    from .stage import merge_devices
+
+    table = merge_devices(args.inputs, args.out)
+    log.info("wrote %s: %d rows", args.out, table.height)
+
+
+def cmd_merge(args: argparse.Namespace) -> None:
+    """Merge measurement shards into a device table, or device tables into one table
+    (renamed: merge-shards and merge-devices; this name goes in the next release)."""
+    new = "merge-devices" if args.devices else "merge-shards"
+    log.warning("merge-measurements is now %s; the old name goes in the next release", new)
+    (cmd_merge_devices if args.devices else cmd_merge_shards)(args)
 
 
 def cmd_devices(args: argparse.Namespace) -> None:
@@ -103,6 +118,11 @@ def register(add: Add) -> None:
                          help="params files merged over it as snakemake --configfile merges "
                               "them, e.g. params/paper.yaml")
     command.add_argument("--out", help="also write the table to this file")
+    for name, func, what in (("merge-shards", cmd_merge_shards, "shards of one device"),
+                             ("merge-devices", cmd_merge_devices, "device tables")):
+        command = add(name, func)
+        command.add_argument("--out", required=True, help="merged table (parquet)")
+        command.add_argument("inputs", nargs="+", help=f"{what} to merge")
     command = add("merge-measurements", cmd_merge)
     command.add_argument("--devices", action="store_true",
                          help="inputs are device tables (default: shards of one device)")

@@ -81,7 +81,7 @@ def parse_shard(text: str) -> tuple[int, int]:
     return index, count
 
 
-def settings_from_params(section: Mapping[str, Any]) -> Settings:
+def measure_settings(section: Mapping[str, Any]) -> Settings:
     """Measurement settings of the ``measure`` params section."""
     return Settings(threads=section["threads"], warmup=section["warmup"],
                     min_repeats=section["min_repeats"], max_repeats=section["max_repeats"],
@@ -282,7 +282,7 @@ def measure_rows(section: Mapping[str, Any], space: SearchSpace, archs: Sequence
     completes and groups stored by an earlier run are not measured again.
     """
     device = default_device()
-    settings = settings_from_params(section)
+    settings = measure_settings(section)
     identity = fingerprint(settings.threads, device)
     resolved = resolve_label(label, identity, section["aliases"])
     versions = library_versions()

@@ -91,7 +91,7 @@ def spread_archs(archs: Sequence[Arch], space: SearchSpace, vocab_size: int, n: 
     return [ordered[i] for i in picks]
 
 
-def settings_from_params(section: dict[str, Any], threads: int) -> Settings:
+def runtime_settings(section: dict[str, Any], threads: int) -> Settings:
     """Timing settings of the ``runtime`` params section."""
     return Settings(threads=threads, warmup=section["warmup"],
                     min_repeats=section["min_repeats"], max_repeats=section["max_repeats"],
@@ -246,7 +246,7 @@ def measure_runtime(section: dict[str, Any], threads: int, space: SearchSpace,
     """The runtime table and the breakdown table of this machine, labelled ``label``."""
     device = default_device()
     torch.set_num_threads(threads)
-    settings = settings_from_params(section, threads)
+    settings = runtime_settings(section, threads)
     identity = fingerprint(threads, device)
     resolved = resolve_label(label, identity, aliases)
     chosen = spread_archs(archs, space, vocab_size, section["n_archs"])
