@@ -36,10 +36,9 @@ T = TypeVar("T")
 PACKAGE = "hwgptbench"
 SRC = REPO_ROOT / "src"
 SUBCOMMAND = re.compile(r"\bhwgptbench ([a-z][a-z0-9-]*)")
-# modules whose functions import lazily what only some callers use: the packages with lazy
-# attributes (`hwgptbench.Benchmark`, `hwgptbench.supernet.load_supernet`) and the registries of
+# modules whose functions import lazily what only some callers use: the registries of
 # subcommands, `cli.py` and every stage package's `commands.py` (each handler imports its stage)
-REGISTRIES = {PACKAGE, f"{PACKAGE}.supernet", f"{PACKAGE}.cli", f"{PACKAGE}.commands", *(
+REGISTRIES = {f"{PACKAGE}.cli", f"{PACKAGE}.commands", *(
     f"{PACKAGE}.{path.parent.name}.commands" for path in SRC.glob(f"{PACKAGE}/*/commands.py"))}
 PARAMS_FILE = re.compile(r"results/\.params/([A-Za-z0-9_.]+)\.json")
 

@@ -8,9 +8,8 @@ import logging
 import os
 from pathlib import Path
 
-from .. import params
-from ..options import Add
-from ..space import SearchSpace
+from .. import layout
+from ..options import Add, load, space_of
 from .source import FILES, REV, URL, VOCAB_SIZE
 
 log = logging.getLogger(__name__)
@@ -36,14 +35,10 @@ def cmd_import(args: argparse.Namespace) -> None:
     from ..io import write_parquet
     from .convert import convert, locate, summary
 
-    config = params.merge_files(args.params or ["params.yaml"], ["spaces"])["spaces"]
-    if args.scale not in config:
-        raise params.ParamsError(f"unknown scale '{args.scale}'; the params define the spaces "
-                                 f"{', '.join(config)}")
-    space = SearchSpace.from_dict(args.scale, config[args.scale])
+    space = space_of(load(args, ["spaces"]), args.scale)
     paths, source, rev = locate(args.scale, args.files, args.source_url, args.rev)
     table, report = convert(space, paths, source, rev, args.train_steps, args.vocab_size)
-    out = Path(args.out or f"results/{args.scale}/perplexity.parquet")
+    out = Path(args.out or layout.perplexity(args.scale))
     report_path = Path(args.report or out.with_suffix(".import.json"))
     write_parquet(table, out)
     io.atomic_write_json(report_path, report)

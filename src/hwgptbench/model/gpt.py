@@ -143,10 +143,8 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, n_head: int, cos: Tensor,
     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
     if cache is not None:
         k, v = cache.append(k, v)  # (B, nkv, cached + T, hs)
-    if n_kv != n_head:  # grouped-query attention
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=True)
-    else:
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)  # (B, nh, T, hs)
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1,
+                                       enable_gqa=n_kv != n_head)  # (B, nh, T, hs)
     return y.transpose(1, 2).reshape(B, T, C)
 
 

@@ -5,14 +5,7 @@ Importing the package loads neither torch nor the model: ``load_supernet`` impor
 first use.
 """
 
-from __future__ import annotations
+from ..lazy import lazy_exports
 
-from typing import Any
-
-
-def __getattr__(name: str) -> Any:
-    if name == "load_supernet":
-        from .train import load_supernet
-
-        return load_supernet
-    raise AttributeError(f"module 'hwgptbench.supernet' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, {"load_supernet": "train"})
+__all__ = ["load_supernet"]
