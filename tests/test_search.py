@@ -225,3 +225,17 @@ def test_stored_runs_carry_the_versions_of_their_libraries(problem: AnalyticProb
     for name in ("torch", "botorch", "syne-tune", "pymoo", "moocore", "lightgbm"):
         column = f"{name.replace('-', '_')}_version"
         assert table[column].unique().to_list() == [version(name)]
+
+
+def test_nsga2_restarts_when_no_offspring_is_new() -> None:
+    """In a space its population covers, pymoo finds no new offspring (``ask`` returns None):
+    the run restarts from a new random population and spends its whole budget."""
+    small = SearchSpace.from_dict("small", {
+        "embed_dim": [64], "n_layer": [1], "n_head": [2, 4], "mlp_ratio": [2, 3],
+        "bias": [False], "head_size": 16, "block_size": 128, "rotary_fraction": 0.5})
+    problem = AnalyticProblem(space=small, fidelities=[])
+    reference = compute_reference(problem, 1_000, seed=0)[0]
+    table = run(problem, reference, "nsga2", budget=30, seed=0,
+                options={"population_size": 4})
+    assert table.height == 30
+    assert set(table["arch_id"]) == {a.id for a in small.sample(small.size(), 0)}

@@ -2,7 +2,7 @@
 
 Discrete variables use pymoo's integer recipe: integer random sampling, and simulated binary
 crossover and polynomial mutation followed by rounding; duplicate gene vectors are removed
-from each offspring population.
+from each offspring population. A population with no new offspring restarts the search.
 """
 
 from __future__ import annotations
@@ -24,10 +24,8 @@ from ..evaluator import Evaluator
 from ..genome import Genome
 
 
-def nsga2(evaluate: Evaluator, genome: Genome, seed: int, options: dict[str, Any]) -> None:
-    """Generations of NSGA-II until the budget ends the run."""
-    problem = Problem(n_var=genome.size, n_obj=evaluate.n_objectives, xl=0,
-                      xu=genome.cardinalities - 1, vtype=int)
+def _algorithm(problem: Problem, options: dict[str, Any], seed: int) -> NSGA2:
+    """NSGA-II set up on problem with a fresh random population drawn with seed."""
     eta = options.get("eta", 3.0)
     algorithm = NSGA2(pop_size=options.get("population_size", 20),
                       sampling=IntegerRandomSampling(),
@@ -36,8 +34,29 @@ def nsga2(evaluate: Evaluator, genome: Genome, seed: int, options: dict[str, Any
                       mutation=PM(eta=eta, vtype=float, repair=RoundingRepair()),
                       eliminate_duplicates=True)
     algorithm.setup(problem, termination=NoTermination(), seed=seed, verbose=False)
+    return algorithm
+
+
+def nsga2(evaluate: Evaluator, genome: Genome, seed: int, options: dict[str, Any]) -> None:
+    """Generations of NSGA-II until the budget ends the run.
+
+    When no offspring differs from the population (pymoo's ``ask`` gives None: a small space
+    the population covers), the search restarts from a new random population, as Pareto local
+    search restarts; a restart that spends nothing of the budget ends the run."""
+    problem = Problem(n_var=genome.size, n_obj=evaluate.n_objectives, xl=0,
+                      xu=genome.cardinalities - 1, vtype=int)
+    restarts = 0
+    algorithm = _algorithm(problem, options, seed)
+    spent_at_restart = None
     while True:
         population = algorithm.ask()
+        if population is None:
+            if spent_at_restart == evaluate.spent:
+                return
+            spent_at_restart = evaluate.spent
+            restarts += 1
+            algorithm = _algorithm(problem, options, seed + restarts)
+            continue
         genes = np.rint(population.get("X")).astype(np.int64)
         values = evaluate([genome.decode(g) for g in genes])
         PymooEvaluator().eval(StaticProblem(problem, F=values), population)
