@@ -135,13 +135,16 @@ def test_breakdown_attributes_the_profiled_step_to_modules(workload: str) -> Non
 def test_decode_latency_per_token_grows_with_layers() -> None:
     settings = Settings(threads=2, warmup=2, min_repeats=10, max_repeats=40, max_seconds=0.5)
     condition = Condition(1, 16, "fp32", workload="decode", gen_len=8)
-    per_token = {}
-    for n_layer in (1, 4):
-        arch = Arch(48, n_layer, (3,) * n_layer, (4,) * n_layer, True)
-        built = build_workload(SPACE, arch, VOCAB, condition, CPU, 0)
-        stats = measure_latency(built.call, CPU, **settings.timing())
-        per_token[n_layer] = stats["latency_ms"] / built.per_call
-    assert per_token[4] > 1.5 * per_token[1], per_token
+    built = {n: build_workload(SPACE, Arch(48, n, (3,) * n, (4,) * n, True), VOCAB, condition,
+                               CPU, 0) for n in (1, 4)}
+    # interleaved rounds, best of each: the other test worker's load lands on one arch only
+    per_token: dict[int, float] = {}
+    for _ in range(3):
+        for n_layer, workload in built.items():
+            stats = measure_latency(workload.call, CPU, **settings.timing())
+            ms = stats["latency_ms"] / workload.per_call
+            per_token[n_layer] = min(per_token.get(n_layer, ms), ms)
+    assert per_token[4] > 1.5 * per_token[1], per_token  # 3.2x on a quiet 2-core CPU
 
 
 @pytest.fixture(scope="module")
