@@ -14,12 +14,14 @@ import yaml
 
 from conftest import REPO_ROOT
 from hwgptbench.api import Benchmark, QueryError
+from hwgptbench.figures.runtime import serving_curves, serving_table
 from hwgptbench.measure.condition import Condition
 from hwgptbench.measure.device import auto_label, fingerprint
 from hwgptbench.measure.latency import measure_latency
 from hwgptbench.measure.runner import Settings, build_model
 from hwgptbench.runtime import stage as runtime
 from hwgptbench.runtime.breakdown import MODULE_CLASSES, OTHER, profile_breakdown
+from hwgptbench.runtime.serving import serving_sweep
 from hwgptbench.runtime.workloads import Unsupported, Workload, build_workload
 from hwgptbench.space import Arch, SearchSpace
 from hwgptbench.surrogate import stage as surrogates
@@ -34,7 +36,8 @@ FAST = {"n_archs": 6, "batch_size": 1, "seq_len": 16, "gen_len": 8,
         "options": {"attention": ["math", "efficient"], "quant": ["int8"], "compile": [],
                     "recompute": [True]},
         "warmup": 1, "min_repeats": 5, "max_repeats": 10, "target_rel_ci": 0.05,
-        "max_seconds": 0.05, "breakdown": {"n_archs": 1, "repeats": 3}, "seed": 0}
+        "max_seconds": 0.05, "breakdown": {"n_archs": 1, "repeats": 3},
+        "serving": {"n_archs": 2, "batch_sizes": [1, 4, 16]}, "seed": 0}
 
 
 def test_default_ids_are_unchanged_and_every_id_round_trips() -> None:
@@ -148,15 +151,15 @@ def test_decode_latency_per_token_grows_with_layers() -> None:
 
 
 @pytest.fixture(scope="module")
-def measured() -> tuple[pl.DataFrame, pl.DataFrame]:
+def measured() -> runtime.RuntimeTables:
     archs = SPACE.sample(12, seed=3)
     aliases = {"cpu-test": auto_label(fingerprint(2, CPU))}
     return runtime.measure_runtime(FAST, 2, SPACE, archs, VOCAB, "cpu-test", aliases)
 
 
 def test_runtime_table_has_every_condition_with_reasons(
-        measured: tuple[pl.DataFrame, pl.DataFrame]) -> None:
-    table, _ = measured
+        measured: runtime.RuntimeTables) -> None:
+    table = measured.runtime
     conditions = {c.id for c in runtime.runtime_conditions(FAST)}
     assert set(table["condition"]) == conditions
     assert table.group_by("condition").len()["len"].unique().to_list() == [FAST["n_archs"]]
@@ -170,8 +173,8 @@ def test_runtime_table_has_every_condition_with_reasons(
 
 
 def test_breakdown_table_has_both_views_per_workload(
-        measured: tuple[pl.DataFrame, pl.DataFrame]) -> None:
-    _, breakdown = measured
+        measured: runtime.RuntimeTables) -> None:
+    breakdown = measured.breakdown
     assert set(breakdown["workload"]) == set(FAST["workloads"])
     assert set(breakdown["view"]) == {"modules", "operators"}
     totals = breakdown.filter(pl.col("view") == "modules").group_by("condition").agg(
@@ -182,9 +185,49 @@ def test_breakdown_table_has_both_views_per_workload(
     assert {"backward", "optimizer"} <= set(train["category"])
 
 
-def test_conditions_are_queried_by_their_fields(measured: tuple[pl.DataFrame, pl.DataFrame],
+def test_serving_tpot_grows_slower_than_the_batch(measured: runtime.RuntimeTables) -> None:
+    serving = measured.serving
+    assert serving.height == 2 * 3 and (serving["status"] == "ok").all()
+    for arch in serving.partition_by("arch_id"):
+        by_batch = {row["batch_size"]: row for row in arch.iter_rows(named=True)}
+        # 16 sequences decoded together cost far less than 16 one at a time, so throughput grows
+        assert by_batch[16]["tpot_ms"] < 16 * by_batch[1]["tpot_ms"] / 2, by_batch
+        assert by_batch[16]["throughput_tokens_per_s"] > 2 * by_batch[1][
+            "throughput_tokens_per_s"]
+        for row in by_batch.values():
+            assert row["throughput_tokens_per_s"] == pytest.approx(
+                row["batch_size"] * 1000 / row["tpot_ms"], rel=1e-9)
+            assert row["end_to_end_ms"] == pytest.approx(
+                row["ttft_ms"] + (row["gen_len"] - 1) * row["tpot_ms"])
+
+
+def test_serving_figure_and_table(measured: runtime.RuntimeTables, tmp_path: Path) -> None:
+    serving = measured.serving
+    paths = serving_curves(serving, tmp_path / "serving")
+    assert [p.name for p in paths] == ["serving.png", "serving.svg"]
+    assert paths[0].read_bytes().startswith(b"\x89PNG")
+    assert serving_table(serving).height == serving.height
+    empty = serving_curves(pl.DataFrame(), tmp_path / "empty")
+    assert empty[0].exists()
+
+
+def test_serving_row_carries_the_failure_of_either_phase() -> None:
+    def measure(condition: Condition) -> list[dict]:
+        ok = condition.workload == "prefill" or condition.batch_size == 1
+        return [{"arch_id": "a", "params": 1, **condition.as_dict(), "threads": 1,
+                 "status": "ok" if ok else "oom", "reason": None if ok else "out of memory",
+                 "latency_ms": 2.0 if ok else None, "tokens_per_s": 5.0 if ok else None,
+                 "latency_ci95_ms": 0.1, "memory_peak_mb": None, "memory_reason": "cpu"}]
+
+    rows = serving_sweep(measure, [1, 8], 16, 4, "fp32")
+    assert [r["status"] for r in rows] == ["ok", "oom"]
+    assert rows[1]["reason"] == "out of memory" and rows[1]["tpot_ms"] is None
+    assert rows[0]["end_to_end_ms"] == 2.0 + 3 * 2.0
+
+
+def test_conditions_are_queried_by_their_fields(measured: runtime.RuntimeTables,
                                                 tmp_path: Path) -> None:
-    table, _ = measured
+    table = measured.runtime
     section = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["surrogate"]
     section |= {"families": ["lightgbm"], "min_rows": 4, "folds": 2,
                 "metrics": ["latency_ms"]}

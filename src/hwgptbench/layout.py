@@ -129,6 +129,20 @@ def breakdown(scale: str, results: str = RESULTS) -> str:
     return f"{results}/{scale}/breakdown.parquet"
 
 
+def serving_tables(scale: str, results: str = RESULTS) -> str:
+    return f"{results}/{scale}/serving"
+
+
+def serving_table(scale: str, device: str, results: str = RESULTS) -> str:
+    """One device's serving sweep (TTFT, TPOT, throughput per batch size)."""
+    return f"{serving_tables(scale, results)}/{device}.parquet"
+
+
+def serving(scale: str, results: str = RESULTS) -> str:
+    """Every device's serving sweep, merged."""
+    return f"{results}/{scale}/serving.parquet"
+
+
 def surrogates(scale: str, results: str = RESULTS) -> str:
     return f"{results}/{scale}/surrogates"
 

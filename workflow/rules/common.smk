@@ -92,10 +92,10 @@ def runtime_tables(scale, device=None):
     return [layout.runtime_table(scale, label) for label in labels]
 
 
-def breakdown_tables(scale):
-    """The breakdown tables of a scale: one beside each of its runtime tables (the runtime
-    job writes both)."""
-    return [layout.breakdown_table(scale, label) for label in runtime_labels(scale)]
+def beside_runtime_tables(table_of, scale):
+    """The tables of a scale that the runtime job writes beside each runtime table (breakdown,
+    serving): ``table_of(scale, device)`` names one."""
+    return [table_of(scale, label) for label in runtime_labels(scale)]
 
 
 def results_folder(wildcards, input):

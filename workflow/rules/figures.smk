@@ -13,6 +13,7 @@ rule figures_of_scale:
         measurements=rules.measurements.output[0],
         runtime=rules.runtime_merged.output.runtime,
         breakdown=rules.runtime_merged.output.breakdown,
+        serving=rules.runtime_merged.output.serving,
         quality=rules.surrogate_quality.output.table,
         predictions=rules.surrogate_quality.output.predictions,
         transfer=rules.transfer.output.quality,

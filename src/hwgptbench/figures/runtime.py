@@ -148,3 +148,47 @@ def runtime_table(runtime: pl.DataFrame) -> pl.DataFrame:
         pl.col("latency_vs_default").median())
     return status.join(summary, on=["device", "workload", "option"], how="left").sort(
         "device", "workload", "option")
+
+
+@styled
+def serving_curves(serving: pl.DataFrame, out_stem: PathLike) -> list[Path]:
+    """Decode throughput against time per output token, one line per arch through the batch
+    sizes (each point labelled with its batch), one panel per device: the curve a deployer
+    reads to pick a batch size under a latency budget."""
+    ok = serving.filter(pl.col("status") == "ok") if not serving.is_empty() else serving
+    if ok.is_empty():
+        return _nothing(out_stem, "no serving sweep measured (runtime.serving.n_archs)")
+    devices = sorted(set(ok["device"]))
+    colors = cycle_colors(sorted(set(ok["arch_id"])))
+    rows, cols = grid_shape(len(devices))
+    fig = new_figure(DOUBLE_WIDTH, 2.8 * rows + 0.4)
+    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+    for ax, device in zip(axes, devices, strict=False):
+        part = ok.filter(pl.col("device") == device)
+        for arch in part.partition_by("arch_id", maintain_order=False):
+            line = arch.sort("batch_size")
+            arch_id = line["arch_id"][0]
+            ax.plot(line["tpot_ms"], line["throughput_tokens_per_s"], marker="o",
+                    color=colors[arch_id], label=f"{arch_id} ({line['params'][0] / 1e6:.2g}M)")
+            for tpot, throughput, batch in line.select(
+                    "tpot_ms", "throughput_tokens_per_s", "batch_size").iter_rows():
+                ax.annotate(f"b{batch}", (tpot, throughput), fontsize=5,
+                            textcoords="offset points", xytext=(3, -6))
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("time per output token (ms)")
+        ax.set_ylabel("decode throughput (tokens/s)")
+        ax.set_title(device, fontsize=7)
+        ax.legend(fontsize=5, frameon=False)
+    for ax in axes[len(devices):]:
+        ax.axis("off")
+    return save(fig, out_stem)
+
+
+def serving_table(serving: pl.DataFrame) -> pl.DataFrame:
+    """Per device, arch and batch size: TTFT, TPOT, throughput and one request's latency."""
+    if serving.is_empty():
+        return pl.DataFrame({"note": ["no serving sweep measured"]})
+    return serving.select("device", "arch_id", "params", "batch_size", "status", "ttft_ms",
+                          "tpot_ms", "throughput_tokens_per_s", "end_to_end_ms",
+                          "reason").sort("device", "params", "arch_id", "batch_size")

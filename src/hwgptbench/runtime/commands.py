@@ -14,28 +14,28 @@ log = logging.getLogger("hwgptbench")
 def cmd_runtime(args: argparse.Namespace) -> None:
     """Time workloads under runtime options and break their time down by module, here."""
     from ..measure.stage import device_label
-    from .stage import measure_runtime, write_runtime
+    from .stage import RuntimeTables, measure_runtime, write_runtime
 
     config = load(args, ["measure", "runtime", "spaces"])
     space, measure = space_of(config, args.scale), config["measure"]
     label = device_label({**measure, "device": args.device or measure["device"]},
                          measure["threads"])
-    table, breakdown = measure_runtime(
+    tables = measure_runtime(
         config["runtime"], measure["threads"], space, read_archs(args.archs), vocab_size(args),
         label, measure["aliases"])
-    write_runtime(table, breakdown, args.out, args.breakdown_out)
-    log.info("wrote %s (%d rows) and %s (%d rows) on %s", args.out, table.height,
-             args.breakdown_out, breakdown.height, label)
+    paths = RuntimeTables(args.out, args.breakdown_out, args.serving_out)
+    write_runtime(tables, paths)
+    for table, path in zip(tables, paths, strict=True):
+        log.info("wrote %s (%d rows) on %s", path, table.height, label)
 
 
 def cmd_merge_runtime(args: argparse.Namespace) -> None:
     """Merge the runtime and breakdown tables of every device of a scale."""
     from .stage import merge_tables
 
-    table = merge_tables(args.runtime, args.out)
-    breakdown = merge_tables(args.breakdown, args.breakdown_out)
-    log.info("wrote %s (%d rows) and %s (%d rows)", args.out, table.height, args.breakdown_out,
-             breakdown.height)
+    for tables, out in ((args.runtime, args.out), (args.breakdown, args.breakdown_out),
+                        (args.serving, args.serving_out)):
+        log.info("wrote %s (%d rows)", out, merge_tables(tables, out).height)
 
 
 def register(add: Add) -> None:
@@ -46,8 +46,11 @@ def register(add: Add) -> None:
     command.add_argument("--archs", required=True, help="archs table of the sample stage")
     command.add_argument("--out", required=True, help="runtime table (parquet)")
     command.add_argument("--breakdown-out", required=True, help="breakdown table (parquet)")
+    command.add_argument("--serving-out", required=True, help="serving sweep table (parquet)")
     command = add("merge-runtime", cmd_merge_runtime, params=False)
     command.add_argument("--runtime", nargs="*", default=[], help="runtime tables")
     command.add_argument("--breakdown", nargs="*", default=[], help="breakdown tables")
+    command.add_argument("--serving", nargs="*", default=[], help="serving sweep tables")
     command.add_argument("--out", required=True, help="merged runtime table (parquet)")
     command.add_argument("--breakdown-out", required=True, help="merged breakdown table")
+    command.add_argument("--serving-out", required=True, help="merged serving sweep table")

@@ -12,7 +12,9 @@ it is not measured here (a fresh process per row, as the measure stage pays, wou
 the stage), and the row says so.
 
 The per-module breakdown (:mod:`hwgptbench.runtime.breakdown`) profiles the default conditions
-of the first dtype for ``runtime.breakdown.n_archs`` of those archs.
+of the first dtype for ``runtime.breakdown.n_archs`` of those archs. The serving sweep
+(:mod:`hwgptbench.runtime.serving`) times prefill and decode at each of
+``runtime.serving.batch_sizes`` for ``runtime.serving.n_archs`` of them.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -46,6 +48,7 @@ from ..measure.stage import NULLABLE
 from ..space import Arch, SearchSpace
 from ..versions import library_versions
 from .breakdown import profile_breakdown
+from .serving import serving_sweep
 from .workloads import (
     Unsupported,
     Workload,
@@ -240,22 +243,19 @@ def breakdown_rows(space: SearchSpace, arch: Arch, vocab_size: int, condition: C
             for category, ms in sorted(profiled[view].items())]
 
 
-def measure_runtime(section: dict[str, Any], threads: int, space: SearchSpace,
-                    archs: Sequence[Arch], vocab_size: int, label: str,
-                    aliases: dict[str, str]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The runtime table and the breakdown table of this machine, labelled ``label``."""
-    device = default_device()
-    torch.set_num_threads(threads)
-    settings = runtime_settings(section, threads)
-    identity = fingerprint(threads, device)
-    resolved = resolve_label(label, identity, aliases)
-    chosen = spread_archs(archs, space, vocab_size, section["n_archs"])
-    extra = {"device": resolved, "scale": space.name, **identity, **library_versions()}
-    rows = []
-    conditions = runtime_conditions(section)
-    for condition in tqdm(conditions, desc="runtime", unit="condition"):
-        rows += [extra | row for row in measure_condition(space, chosen, vocab_size, condition,
-                                                          device, settings)]
+class RuntimeTables(NamedTuple):
+    """The runtime stage's tables of one device (module doc); the same fields name their
+    paths in :func:`write_runtime`."""
+
+    runtime: Any
+    breakdown: Any
+    serving: Any
+
+
+def _breakdown(section: dict[str, Any], space: SearchSpace, chosen: Sequence[Arch],
+               vocab_size: int, conditions: Sequence[Condition], device: torch.device,
+               settings: Settings) -> list[dict[str, Any]]:
+    """Breakdown rows of the first dtype's default conditions, for a spread of ``chosen``."""
     profiled = spread_archs(chosen, space, vocab_size, section["breakdown"]["n_archs"])
     defaults = [c for c in conditions if c.dtype == section["dtypes"][0]
                 and c == Condition(**{**c.as_dict(), "attention": "default", "quant": "none",
@@ -268,18 +268,45 @@ def measure_runtime(section: dict[str, Any], threads: int, space: SearchSpace,
                                         section["breakdown"]["repeats"])
             except Unsupported as err:
                 log.warning("breakdown of %s skipped: %s", arch.id, err)
+    return parts
+
+
+def measure_runtime(section: dict[str, Any], threads: int, space: SearchSpace,
+                    archs: Sequence[Arch], vocab_size: int, label: str,
+                    aliases: dict[str, str]) -> RuntimeTables:
+    """The runtime stage's tables of this machine, labelled ``label``."""
+    device = default_device()
+    torch.set_num_threads(threads)
+    settings = runtime_settings(section, threads)
+    identity = fingerprint(threads, device)
+    resolved = resolve_label(label, identity, aliases)
+    chosen = spread_archs(archs, space, vocab_size, section["n_archs"])
+    extra = {"device": resolved, "scale": space.name, **identity, **library_versions()}
+    rows = []
+    conditions = runtime_conditions(section)
+    for condition in tqdm(conditions, desc="runtime", unit="condition"):
+        rows += [extra | row for row in measure_condition(space, chosen, vocab_size, condition,
+                                                          device, settings)]
+    parts = _breakdown(section, space, chosen, vocab_size, conditions, device, settings)
+    serving = section["serving"]
+    served = spread_archs(chosen, space, vocab_size, serving["n_archs"])
+    swept = serving_sweep(
+        lambda condition: measure_condition(space, served, vocab_size, condition, device,
+                                            settings),
+        tqdm(serving["batch_sizes"], desc="serving", unit="batch size"), section["seq_len"],
+        section["gen_len"], section["dtypes"][0])
     runtime = pl.DataFrame(rows, schema_overrides=NULLABLE | {"tokens_per_s": pl.Float64},
                            infer_schema_length=None)
     breakdown = pl.DataFrame(parts, infer_schema_length=None).with_columns(
         pl.lit(resolved).alias("device"))
-    return runtime, breakdown
+    serving_table = pl.DataFrame([extra | row for row in swept], infer_schema_length=None)
+    return RuntimeTables(runtime, breakdown, serving_table)
 
 
-def write_runtime(runtime: pl.DataFrame, breakdown: pl.DataFrame,
-                  out: str | os.PathLike[str], breakdown_out: str | os.PathLike[str]) -> None:
-    """Write both tables (atomically, each)."""
-    write_parquet(runtime, out)
-    write_parquet(breakdown, breakdown_out)
+def write_runtime(tables: RuntimeTables, paths: RuntimeTables) -> None:
+    """Write each table to its path (atomically, each)."""
+    for table, path in zip(tables, paths, strict=True):
+        write_parquet(table, path)
 
 
 def merge_tables(paths: Sequence[str | Path], out: str | os.PathLike[str]
