@@ -27,7 +27,8 @@ def layout_paths(scale: str, data_name: str, compress_name: str) -> set[str]:
         elif names == ["name"]:
             paths |= {function(data_name), function(compress_name)}
         elif names == ["name", "table"]:
-            paths |= {function(compress_name, t) for t in ("search", "subnets", "compress")}
+            paths |= {function(compress_name, t) for t in ("search", "subnets", "compress",
+                                                            "finetune_methods")}
     return paths
 
 

@@ -14,7 +14,13 @@ import yaml
 
 from conftest import REPO_ROOT
 from hwgptbench.api import Benchmark, QueryError
-from hwgptbench.figures.runtime import serving_curves, serving_table
+from hwgptbench.figures.runtime import (
+    breakdown_bars,
+    parallel_modes,
+    parallel_table,
+    serving_curves,
+    serving_table,
+)
 from hwgptbench.measure.condition import Condition
 from hwgptbench.measure.device import auto_label, fingerprint
 from hwgptbench.measure.latency import measure_latency
@@ -37,7 +43,10 @@ FAST = {"n_archs": 6, "batch_size": 1, "seq_len": 16, "gen_len": 8,
                     "recompute": [True]},
         "warmup": 1, "min_repeats": 5, "max_repeats": 10, "target_rel_ci": 0.05,
         "max_seconds": 0.05, "breakdown": {"n_archs": 1, "repeats": 3},
-        "serving": {"n_archs": 2, "batch_sizes": [1, 4, 16]}, "seed": 0}
+        "serving": {"n_archs": 2, "batch_sizes": [1, 4, 16]},
+        "parallel": {"n_archs": 1, "modes": ["none", "ddp", "zero3"], "recompute": [False],
+                     "dtypes": ["fp32"], "batch_size": 1, "cpu_ranks": 2, "repeats": 2,
+                     "profile_steps": 1}, "seed": 0}
 
 
 def test_default_ids_are_unchanged_and_every_id_round_trips() -> None:
@@ -174,9 +183,10 @@ def test_runtime_table_has_every_condition_with_reasons(
 
 def test_breakdown_table_has_both_views_per_workload(
         measured: runtime.RuntimeTables) -> None:
-    breakdown = measured.breakdown
+    breakdown = measured.breakdown.filter(pl.col("parallel").is_null())
     assert set(breakdown["workload"]) == set(FAST["workloads"])
     assert set(breakdown["view"]) == {"modules", "operators"}
+    assert set(measured.breakdown["view"]) == {"modules", "operators", "collectives"}
     totals = breakdown.filter(pl.col("view") == "modules").group_by("condition").agg(
         pl.col("ms").sum(), pl.col("step_ms").first())
     for ms, step in totals.select("ms", "step_ms").iter_rows():
@@ -199,6 +209,25 @@ def test_serving_tpot_grows_slower_than_the_batch(measured: runtime.RuntimeTable
                 row["batch_size"] * 1000 / row["tpot_ms"], rel=1e-9)
             assert row["end_to_end_ms"] == pytest.approx(
                 row["ttft_ms"] + (row["gen_len"] - 1) * row["tpot_ms"])
+
+
+def test_parallel_rows_and_collectives_join_the_runtime_tables(
+        measured: runtime.RuntimeTables, tmp_path: Path) -> None:
+    parallel, breakdown = measured.parallel, measured.breakdown
+    assert parallel.height == 3 * 2 and set(parallel["device"]) == {"cpu-test"}
+    assert (parallel["status"] == "ok").all() and set(parallel["world_size"]) == {2}
+    communication = breakdown.filter(pl.col("category") == "communication")
+    assert set(communication["parallel"]) == {"none", "ddp", "zero3"}
+    assert set(communication["workload"]) == {"train_step"}
+    ddp = communication.filter(pl.col("parallel") == "ddp")["ms"]
+    assert (ddp > 0).all() and (communication.filter(pl.col("parallel") == "none")["ms"] == 0).all()
+    paths = parallel_modes(parallel, tmp_path / "parallel")
+    assert paths[0].read_bytes().startswith(b"\x89PNG")
+    summary = parallel_table(parallel)
+    state = dict(summary.select("mode", "state_mb").iter_rows())
+    assert state["zero3"] < state["ddp"] == pytest.approx(state["none"])
+    # the module breakdown figure keeps to the single-process rows
+    assert breakdown_bars(breakdown, tmp_path / "bars")[0].exists()
 
 
 def test_serving_figure_and_table(measured: runtime.RuntimeTables, tmp_path: Path) -> None:

@@ -143,6 +143,20 @@ def serving(scale: str, results: str = RESULTS) -> str:
     return f"{results}/{scale}/serving.parquet"
 
 
+def parallel_tables(scale: str, results: str = RESULTS) -> str:
+    return f"{results}/{scale}/parallel"
+
+
+def parallel_table(scale: str, device: str, results: str = RESULTS) -> str:
+    """One device's data-parallel train steps (DDP, ZeRO), one row per rank."""
+    return f"{parallel_tables(scale, results)}/{device}.parquet"
+
+
+def parallel(scale: str, results: str = RESULTS) -> str:
+    """Every device's parallel train steps, merged."""
+    return f"{results}/{scale}/parallel.parquet"
+
+
 def surrogates(scale: str, results: str = RESULTS) -> str:
     return f"{results}/{scale}/surrogates"
 
@@ -266,7 +280,8 @@ def compress_work(name: str, step: str, results: str = RESULTS) -> str:
 
 
 def compress_result(name: str, table: str, results: str = RESULTS) -> str:
-    """A table of the compression: ``search`` (runs), ``subnets`` or ``compress``."""
+    """A table of the compression: ``search`` (runs), ``subnets``, ``compress`` or
+    ``finetune_methods``."""
     return f"{compress(name, results)}/{table}.parquet"
 
 

@@ -18,6 +18,10 @@ MODULE_CLASSES = ("embedding", "qkv_proj", "attention_core", "out_proj", "mlp_up
                   "mlp_activation", "mlp_down", "norm", "residual", "lm_head")
 # ranges the workloads record themselves (hwgptbench.runtime.workloads)
 STAGE_CLASSES = ("sampling", "backward", "optimizer")
+# the data-parallel train step's collectives (hwgptbench.runtime.parallel): the class of their
+# time in the ``modules`` view, and their kinds in the ``collectives`` view
+COMMUNICATION = "communication"
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 
 
 def fully_trained(table: pl.DataFrame) -> pl.DataFrame:

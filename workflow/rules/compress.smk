@@ -90,9 +90,31 @@ rule compress_table:
         " --supernet {input.supernet} --subnets {input.subnets} --out {output} 2>&1 | tee {log}"
 
 
-rule compress:
-    """The compression figure and table (`snakemake compress`)."""
+rule compress_finetune_methods:
+    """Full fine-tuning vs LoRA of the dense model, timed on this machine: trainable
+    parameters, step time, peak memory (docs/runtime.md)."""
     input:
+        params=compress_params("timing", "finetune_methods"),
+        dense=rules.compress_dense.output[0],
+    output:
+        layout.compress_result(COMPRESS, "finetune_methods"),
+    params:
+        files=params_flags,
+    threads: workflow.cores  # timings: alone on the machine
+    resources:
+        **gpu_resources(config["compress"]["finetune_methods"]["device"], 1),
+    log:
+        layout.log("compress", "finetune_methods"),
+    shell:
+        "hwgptbench compress-finetune-methods {params.files} --dense {input.dense}"
+        " --out {output} 2>&1 | tee {log}"
+
+
+rule compress:
+    """The compression figure and table, and the fine-tuning methods' costs
+    (`snakemake compress`)."""
+    input:
+        finetune_methods=rules.compress_finetune_methods.output[0],
         table=rules.compress_table.output[0],
         subnets=rules.compress_search.output.subnets,
         runs=rules.compress_search.output.runs,

@@ -14,6 +14,7 @@ rule figures_of_scale:
         runtime=rules.runtime_merged.output.runtime,
         breakdown=rules.runtime_merged.output.breakdown,
         serving=rules.runtime_merged.output.serving,
+        parallel=rules.runtime_merged.output.parallel,
         quality=rules.surrogate_quality.output.table,
         predictions=rules.surrogate_quality.output.predictions,
         transfer=rules.transfer.output.quality,

@@ -1,7 +1,7 @@
 rule runtime:
     """Time workloads (prefill, decode, train step) under runtime options, break the default
-    conditions' time down by module and sweep serving batch sizes, on this machine
-    (docs/runtime.md)."""
+    conditions' time down by module, sweep serving batch sizes and run the data-parallel
+    train step (DDP, ZeRO-1/2/3 under torchrun), on this machine (docs/runtime.md)."""
     wildcard_constraints:
         device=MEASURED,
     input:
@@ -12,6 +12,7 @@ rule runtime:
         runtime=layout.runtime_table("{scale}", "{device}"),
         breakdown=layout.breakdown_table("{scale}", "{device}"),
         serving=layout.serving_table("{scale}", "{device}"),
+        parallel=layout.parallel_table("{scale}", "{device}"),
     params:
         files=params_flags,
         vocab=vocab_flag,
@@ -23,27 +24,32 @@ rule runtime:
     shell:
         "hwgptbench runtime --scale {wildcards.scale} {params.files} {params.vocab}"
         " --archs {input.archs} --device {wildcards.device} --out {output.runtime}"
-        " --breakdown-out {output.breakdown} --serving-out {output.serving} 2>&1 | tee {log}"
+        " --breakdown-out {output.breakdown} --serving-out {output.serving}"
+        " --parallel-out {output.parallel} 2>&1 | tee {log}"
 
 
 rule runtime_merged:
-    """The runtime, breakdown and serving tables of every device of a scale, one table each."""
+    """The runtime, breakdown, serving and parallel tables of every device of a scale, one
+    table each."""
     input:
         runtime=lambda wc: runtime_tables(wc.scale),
         breakdown=lambda wc: beside_runtime_tables(layout.breakdown_table, wc.scale),
         serving=lambda wc: beside_runtime_tables(layout.serving_table, wc.scale),
+        parallel=lambda wc: beside_runtime_tables(layout.parallel_table, wc.scale),
     output:
         runtime=layout.runtime("{scale}"),
         breakdown=layout.breakdown("{scale}"),
         serving=layout.serving("{scale}"),
+        parallel=layout.parallel("{scale}"),
     params:
         # DVC outputs (results/{scale}/runtime, ...): made even when no device has a table
         dirs=lambda wc: [layout.runtime_tables(wc.scale), layout.breakdown_tables(wc.scale),
-                         layout.serving_tables(wc.scale)],
+                         layout.serving_tables(wc.scale), layout.parallel_tables(wc.scale)],
     log:
         layout.log("{scale}", "runtime_merged"),
     shell:
         "mkdir -p {params.dirs} &&"
         " hwgptbench merge-runtime --out {output.runtime} --breakdown-out {output.breakdown}"
-        " --serving-out {output.serving} --runtime {input.runtime}"
-        " --breakdown {input.breakdown} --serving {input.serving} 2>&1 | tee {log}"
+        " --serving-out {output.serving} --parallel-out {output.parallel}"
+        " --runtime {input.runtime} --breakdown {input.breakdown} --serving {input.serving}"
+        " --parallel {input.parallel} 2>&1 | tee {log}"

@@ -2,7 +2,8 @@
 
 ``compress-dense`` (pretrain or import the dense model), ``compress-finetune`` (importance
 order, import, one sandwich fine-tune), ``compress-search`` (sub-networks searched and
-evaluated), ``compress-table`` (dense vs found vs quantized) and ``compress-figures``.
+evaluated), ``compress-table`` (dense vs found vs quantized), ``compress-figures`` and
+``compress-finetune-methods`` (what full fine-tuning and LoRA of the dense model cost).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ READS = {
     "compress-finetune": ("name", "space", "importance", "finetune"),
     "compress-search": ("evaluate", "timing", "search"),
     "compress-table": ("evaluate", "timing", "search", "quantize", "table"),
+    "compress-finetune-methods": ("timing", "finetune_methods"),
 }
 
 
@@ -143,6 +145,33 @@ def cmd_figures(args: argparse.Namespace) -> None:
     write_table(compression_summary(table), out / "table_compress")
 
 
+def cmd_finetune_methods(args: argparse.Namespace) -> None:
+    """Full fine-tuning vs LoRA of the dense model on this machine: trainable parameters, step
+    time and peak memory of each method."""
+    import functools
+
+    import torch
+
+    from ..measure.device import fingerprint
+    from ..supernet.train import resolve_device
+    from ..versions import library_versions
+    from .dense import load_dense
+    from .finetune_methods import measure_finetune_methods
+
+    section = _section(args)
+    spec, threads = section["finetune_methods"], section["timing"]["threads"]
+    torch.set_num_threads(threads)
+    device = resolve_device(spec["device"])
+    load = functools.partial(load_dense, args.dense, device)
+    rows = measure_finetune_methods(
+        load, spec["methods"], spec["lora"], load().config.vocab_size, spec["batch_size"],
+        spec["seq_len"], spec["dtype"], device, spec["warmup"], spec["repeats"], spec["seed"])
+    extra = {**fingerprint(threads, device), **library_versions()}
+    io.write_parquet(pl.DataFrame([row | extra for row in rows], infer_schema_length=None),
+                     args.out)
+    log.info("fine-tuning methods: %d rows", len(rows))
+
+
 # every compress-* command's required options: (flag, help)
 DATA = ("--data", "data-stage output folder")
 DENSE = ("--dense", "dense model file")
@@ -160,10 +189,11 @@ OPTIONS: dict[str, list[tuple[str, str]]] = {
                          ("--subnets", "evaluated sub-networks table"),
                          ("--runs", "search runs table"),
                          ("--out-dir", "folder of the figure and table")],
+    "compress-finetune-methods": [DENSE, ("--out", "fine-tuning methods table")],
 }
 COMMANDS = {"compress-dense": cmd_dense, "compress-finetune": cmd_finetune,
             "compress-search": cmd_search, "compress-table": cmd_table,
-            "compress-figures": cmd_figures}
+            "compress-figures": cmd_figures, "compress-finetune-methods": cmd_finetune_methods}
 
 
 def register(add: Add) -> None:

@@ -5,5 +5,7 @@ workflow reads them when it builds its DAG)."""
 # energy Pareto and correlation figures are added where energy was measured
 FIGURES = ("pareto_latency", "device_correlation", "surrogate_scatter", "surrogate_calibration",
            "hypervolume", "attainment", "pareto_3d", "dimension_effects", "supernet_loss",
-           "transfer_quality", "runtime_breakdown", "runtime_options", "serving")
-TABLES = ("surrogate_quality", "hypervolume", "devices", "transfer", "runtime", "serving")
+           "transfer_quality", "runtime_breakdown", "runtime_options", "serving",
+           "runtime_parallel")
+TABLES = ("surrogate_quality", "hypervolume", "devices", "transfer", "runtime", "serving",
+          "parallel")

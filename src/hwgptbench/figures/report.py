@@ -3,10 +3,10 @@
 Reads ``results/{scale}/``: perplexity.parquet, measurements.parquet,
 surrogates/{quality,predictions}.parquet, supernet/loss.parquet (where a supernet was
 trained), search/{final,attainment}.parquet, transfer/{quality,summary}.parquet,
-runtime.parquet, breakdown.parquet, serving.parquet and the search run tables. Writes
-``figures/`` (PNG + SVG), ``tables/`` (CSV + Markdown) and ``plots/`` (CSV for ``dvc plots``).
-Nothing is trained, measured or predicted here, so after ``dvc pull`` the figures regenerate
-in seconds.
+runtime.parquet, breakdown.parquet, serving.parquet, parallel.parquet and the search run
+tables. Writes ``figures/`` (PNG + SVG), ``tables/`` (CSV + Markdown) and ``plots/`` (CSV for
+``dvc plots``). Nothing is trained, measured or predicted here, so after ``dvc pull`` the
+figures regenerate in seconds.
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ def render(scale: str, results: str | os.PathLike[str],
     runtime_rows = pl.read_parquet(layout.runtime(scale, top))
     breakdown = pl.read_parquet(layout.breakdown(scale, top))
     serving = pl.read_parquet(layout.serving(scale, top))
+    parallel = pl.read_parquet(layout.parallel(scale, top))
     three, metrics = _three_objectives(perplexity, measurements)
 
     written = [
@@ -102,6 +103,7 @@ def render(scale: str, results: str | os.PathLike[str],
         *runtime.breakdown_bars(breakdown, figures / "runtime_breakdown"),
         *runtime.runtime_options(runtime_rows, figures / "runtime_options"),
         *runtime.serving_curves(serving, figures / "serving"),
+        *runtime.parallel_modes(parallel, figures / "runtime_parallel"),
         *tables.write_table(tables.quality_table(quality), table_dir / "surrogate_quality"),
         *tables.write_table(tables.hypervolume_table(final), table_dir / "hypervolume"),
         *tables.write_table(tables.device_summary(measurements), table_dir / "devices"),
@@ -109,6 +111,7 @@ def render(scale: str, results: str | os.PathLike[str],
                             table_dir / "transfer"),
         *tables.write_table(runtime.runtime_table(runtime_rows), table_dir / "runtime"),
         *tables.write_table(runtime.serving_table(serving), table_dir / "serving"),
+        *tables.write_table(runtime.parallel_table(parallel), table_dir / "parallel"),
     ]
     plot_data = {
         "hypervolume": hypervolume_plot_data(runs),

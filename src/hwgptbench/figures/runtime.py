@@ -39,6 +39,8 @@ def breakdown_bars(breakdown: pl.DataFrame, out_stem: PathLike) -> list[Path]:
     if breakdown.is_empty():
         return _nothing(out_stem, "no runtime breakdown measured (runtime.breakdown.n_archs)")
     modules = breakdown.filter(pl.col("view") == "modules")
+    if "parallel" in modules.columns:  # the parallel modes' collectives: runtime_parallel
+        modules = modules.filter(pl.col("parallel").is_null())
     order = [c for c in (*MODULE_CLASSES, *STAGE_CLASSES, OTHER)
              if c in set(modules["category"])]
     palette = matplotlib.color_sequences["tab20"]  # one colour per class (up to 20)
@@ -192,3 +194,67 @@ def serving_table(serving: pl.DataFrame) -> pl.DataFrame:
     return serving.select("device", "arch_id", "params", "batch_size", "status", "ttft_ms",
                           "tpot_ms", "throughput_tokens_per_s", "end_to_end_ms",
                           "reason").sort("device", "params", "arch_id", "batch_size")
+
+
+def parallel_summary(parallel: pl.DataFrame) -> pl.DataFrame:
+    """Per device, arch, mode and recompute (ok rows, the mean over ranks): step, compute and
+    communication ms, state bytes per rank and peak memory."""
+    ok = parallel.filter(pl.col("status") == "ok")
+    return ok.group_by("device", "arch_id", "mode", "recompute", "dtype").agg(
+        pl.col("world_size").first(), pl.col("step_ms").mean(), pl.col("compute_ms").mean(),
+        pl.col("comm_ms").mean(), pl.col("tokens_per_s").first(),
+        (pl.col("param_bytes").mean() / 2**20).alias("param_mb"),
+        (pl.col("grad_bytes").mean() / 2**20).alias("grad_mb"),
+        (pl.col("optim_bytes").mean() / 2**20).alias("optim_mb"),
+        (pl.col("state_bytes").mean() / 2**20).alias("state_mb"),
+        pl.col("memory_peak_mb").mean())
+
+
+@styled
+def parallel_modes(parallel: pl.DataFrame, out_stem: PathLike) -> list[Path]:
+    """Per parallel mode: the step split into compute and communication (mean over ranks,
+    profiled) and the training state one rank holds (parameters, gradients, optimizer state),
+    for the largest arch run on each device, without recomputation where it ran."""
+    summary = parallel_summary(parallel) if not parallel.is_empty() else pl.DataFrame()
+    if summary.is_empty():
+        return _nothing(out_stem, "no parallel train step measured (runtime.parallel.n_archs)")
+    devices = sorted(set(summary["device"]))
+    fig = new_figure(DOUBLE_WIDTH, 2.6 * len(devices) + 0.4)
+    axes = np.atleast_2d(fig.subplots(len(devices), 2, squeeze=False))
+    modes = ("none", "ddp", "zero1", "zero2", "zero3")
+    for (time_ax, state_ax), device in zip(axes, devices, strict=True):
+        part = summary.filter(pl.col("device") == device)
+        part = part.filter(pl.col("recompute") == part["recompute"].min())
+        largest = part.sort("state_mb", descending=True)["arch_id"][0]
+        part = part.filter((pl.col("arch_id") == largest)
+                           & (pl.col("dtype") == part["dtype"].min()))
+        rows = [r for m in modes for r in part.filter(pl.col("mode") == m).iter_rows(named=True)]
+        x = np.arange(len(rows))
+        labels = [r["mode"] for r in rows]
+        compute = np.array([r["compute_ms"] for r in rows])
+        time_ax.bar(x, compute, label="compute", color="tab:blue")
+        time_ax.bar(x, [r["step_ms"] - c for r, c in zip(rows, compute, strict=True)],
+                    bottom=compute, label="communication", color="tab:orange")
+        time_ax.set_xticks(x, labels)
+        time_ax.set_ylabel("ms per step (profiled)")
+        world = rows[0]["world_size"] if rows else 1
+        time_ax.set_title(f"{device}: {largest}, {world} ranks", fontsize=7)
+        time_ax.legend(fontsize=5, frameon=False)
+        bottom = np.zeros(len(rows))
+        for field, label in (("param_mb", "parameters"), ("grad_mb", "gradients"),
+                             ("optim_mb", "optimizer state")):
+            heights = np.array([r[field] for r in rows])
+            state_ax.bar(x, heights, bottom=bottom, label=label)
+            bottom += heights
+        state_ax.set_xticks(x, labels)
+        state_ax.set_ylabel("training state per rank (MB)")
+        state_ax.legend(fontsize=5, frameon=False)
+    return save(fig, out_stem)
+
+
+def parallel_table(parallel: pl.DataFrame) -> pl.DataFrame:
+    """The parallel modes per device, arch and recompute: step, compute and communication
+    time, throughput, state per rank and peak memory (means over ranks)."""
+    if parallel.is_empty():
+        return pl.DataFrame({"note": ["no parallel train step measured"]})
+    return parallel_summary(parallel).sort("device", "arch_id", "recompute", "dtype", "mode")

@@ -23,7 +23,7 @@ def cmd_runtime(args: argparse.Namespace) -> None:
     tables = measure_runtime(
         config["runtime"], measure["threads"], space, read_archs(args.archs), vocab_size(args),
         label, measure["aliases"])
-    paths = RuntimeTables(args.out, args.breakdown_out, args.serving_out)
+    paths = RuntimeTables(args.out, args.breakdown_out, args.serving_out, args.parallel_out)
     write_runtime(tables, paths)
     for table, path in zip(tables, paths, strict=True):
         log.info("wrote %s (%d rows) on %s", path, table.height, label)
@@ -34,7 +34,7 @@ def cmd_merge_runtime(args: argparse.Namespace) -> None:
     from .stage import merge_tables
 
     for tables, out in ((args.runtime, args.out), (args.breakdown, args.breakdown_out),
-                        (args.serving, args.serving_out)):
+                        (args.serving, args.serving_out), (args.parallel, args.parallel_out)):
         log.info("wrote %s (%d rows)", out, merge_tables(tables, out).height)
 
 
@@ -47,10 +47,14 @@ def register(add: Add) -> None:
     command.add_argument("--out", required=True, help="runtime table (parquet)")
     command.add_argument("--breakdown-out", required=True, help="breakdown table (parquet)")
     command.add_argument("--serving-out", required=True, help="serving sweep table (parquet)")
+    command.add_argument("--parallel-out", required=True,
+                         help="parallel train step table, one row per rank (parquet)")
     command = add("merge-runtime", cmd_merge_runtime, params=False)
     command.add_argument("--runtime", nargs="*", default=[], help="runtime tables")
     command.add_argument("--breakdown", nargs="*", default=[], help="breakdown tables")
     command.add_argument("--serving", nargs="*", default=[], help="serving sweep tables")
+    command.add_argument("--parallel", nargs="*", default=[], help="parallel train step tables")
     command.add_argument("--out", required=True, help="merged runtime table (parquet)")
     command.add_argument("--breakdown-out", required=True, help="merged breakdown table")
     command.add_argument("--serving-out", required=True, help="merged serving sweep table")
+    command.add_argument("--parallel-out", required=True, help="merged parallel table")

@@ -14,7 +14,10 @@ the stage), and the row says so.
 The per-module breakdown (:mod:`hwgptbench.runtime.breakdown`) profiles the default conditions
 of the first dtype for ``runtime.breakdown.n_archs`` of those archs. The serving sweep
 (:mod:`hwgptbench.runtime.serving`) times prefill and decode at each of
-``runtime.serving.batch_sizes`` for ``runtime.serving.n_archs`` of them.
+``runtime.serving.batch_sizes`` for ``runtime.serving.n_archs`` of them, and the parallel train
+step (:mod:`hwgptbench.runtime.parallel`: DDP and ZeRO-1/2/3 under torchrun, one row per rank)
+runs for ``runtime.parallel.n_archs``; its collectives join the breakdown table as the
+``communication`` class, with ``parallel`` naming the mode.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from ..measure.stage import NULLABLE
 from ..space import Arch, SearchSpace
 from ..versions import library_versions
 from .breakdown import profile_breakdown
+from .parallel import launch_parallel
 from .serving import serving_sweep
 from .workloads import (
     Unsupported,
@@ -250,6 +254,7 @@ class RuntimeTables(NamedTuple):
     runtime: Any
     breakdown: Any
     serving: Any
+    parallel: Any
 
 
 def _breakdown(section: dict[str, Any], space: SearchSpace, chosen: Sequence[Arch],
@@ -300,7 +305,29 @@ def measure_runtime(section: dict[str, Any], threads: int, space: SearchSpace,
     breakdown = pl.DataFrame(parts, infer_schema_length=None).with_columns(
         pl.lit(resolved).alias("device"))
     serving_table = pl.DataFrame([extra | row for row in swept], infer_schema_length=None)
-    return RuntimeTables(runtime, breakdown, serving_table)
+    parallel, collectives = _parallel(section, space, chosen, vocab_size)
+    parallel = parallel.with_columns(**{k: pl.lit(v) for k, v in extra.items()})
+    breakdown = pl.concat([breakdown, collectives.with_columns(pl.lit(resolved).alias("device"))],
+                          how="diagonal_relaxed")
+    return RuntimeTables(runtime, breakdown, serving_table, parallel)
+
+
+def _parallel(section: dict[str, Any], space: SearchSpace, chosen: Sequence[Arch],
+              vocab_size: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The parallel train step's rows (every rank) and their collectives as breakdown rows
+    (``parallel`` names the mode; ``workload`` is ``train_step``), from a torchrun job."""
+    spec = section["parallel"]
+    archs = spread_archs(chosen, space, vocab_size, spec["n_archs"])
+    if not archs:
+        return pl.DataFrame(), pl.DataFrame()
+    tables = launch_parallel(
+        space, archs, vocab_size, modes=spec["modes"], recompute_values=spec["recompute"],
+        dtypes=spec["dtypes"], batch_size=spec["batch_size"], seq_len=section["seq_len"],
+        warmup=section["warmup"], repeats=spec["repeats"], seed=section["seed"],
+        profile_steps=spec["profile_steps"], cpu_ranks=spec["cpu_ranks"])
+    collectives = tables.breakdown.rename({"mode": "parallel", "device": "torch_device"})
+    return (tables.runtime.rename({"device": "torch_device"}),
+            collectives.with_columns(workload=pl.lit("train_step")))
 
 
 def write_runtime(tables: RuntimeTables, paths: RuntimeTables) -> None:
