@@ -197,12 +197,13 @@ def serving_table(serving: pl.DataFrame) -> pl.DataFrame:
 
 
 def parallel_summary(parallel: pl.DataFrame) -> pl.DataFrame:
-    """Per device, arch, mode and recompute (ok rows, the mean over ranks): step, compute and
-    communication ms, state bytes per rank and peak memory."""
+    """Per device, arch, mode and recompute (ok rows, the mean over ranks): step (unprofiled
+    and profiled), compute and communication ms, state per rank (MB) and peak memory."""
     ok = parallel.filter(pl.col("status") == "ok")
     return ok.group_by("device", "arch_id", "mode", "recompute", "dtype").agg(
-        pl.col("world_size").first(), pl.col("step_ms").mean(), pl.col("compute_ms").mean(),
-        pl.col("comm_ms").mean(), pl.col("tokens_per_s").first(),
+        pl.col("world_size").first(), pl.col("step_ms").mean(),
+        pl.col("profiled_step_ms").mean(), pl.col("compute_ms").mean(), pl.col("comm_ms").mean(),
+        pl.col("tokens_per_s").first(),
         (pl.col("param_bytes").mean() / 2**20).alias("param_mb"),
         (pl.col("grad_bytes").mean() / 2**20).alias("grad_mb"),
         (pl.col("optim_bytes").mean() / 2**20).alias("optim_mb"),
@@ -212,9 +213,10 @@ def parallel_summary(parallel: pl.DataFrame) -> pl.DataFrame:
 
 @styled
 def parallel_modes(parallel: pl.DataFrame, out_stem: PathLike) -> list[Path]:
-    """Per parallel mode: the step split into compute and communication (mean over ranks,
-    profiled) and the training state one rank holds (parameters, gradients, optimizer state),
-    for the largest arch run on each device, without recomputation where it ran."""
+    """Per parallel mode: the profiled step split into the time no collective was in flight
+    (compute) and the rest (mean over ranks), and the training state one rank holds
+    (parameters, gradients, optimizer state), for the largest arch run on each device, without
+    recomputation where it ran."""
     summary = parallel_summary(parallel) if not parallel.is_empty() else pl.DataFrame()
     if summary.is_empty():
         return _nothing(out_stem, "no parallel train step measured (runtime.parallel.n_archs)")
@@ -233,8 +235,8 @@ def parallel_modes(parallel: pl.DataFrame, out_stem: PathLike) -> list[Path]:
         labels = [r["mode"] for r in rows]
         compute = np.array([r["compute_ms"] for r in rows])
         time_ax.bar(x, compute, label="compute", color="tab:blue")
-        time_ax.bar(x, [r["step_ms"] - c for r, c in zip(rows, compute, strict=True)],
-                    bottom=compute, label="communication", color="tab:orange")
+        time_ax.bar(x, [r["profiled_step_ms"] - c for r, c in zip(rows, compute, strict=True)],
+                    bottom=compute, label="communication in flight", color="tab:orange")
         time_ax.set_xticks(x, labels)
         time_ax.set_ylabel("ms per step (profiled)")
         world = rows[0]["world_size"] if rows else 1

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from ..model.gpt import GPT, AttentionCore, ParallelResidual, Residual, TiedLMHead
@@ -156,6 +157,12 @@ def profile_breakdown(model: GPT, call: Callable[[], Any], repeats: int,
     operators: dict[str, float] = defaultdict(float)
     step = 0.0
     for event in prof.events():
+        if event.device_type != DeviceType.CPU:
+            # a range's projection on the GPU timeline (gpu_user_annotation): it spans from its
+            # first kernel to its last, idle gaps and other ranges' kernels included (decode's
+            # queued launches overlap them), so ranges are read on the CPU side, where
+            # device_time_total sums the kernels they launched
+            continue
         if event.name == STEP:
             step += _duration_ms(event, cuda)
         elif event.name in MODULE_CLASSES or event.name in STAGE_CLASSES:
