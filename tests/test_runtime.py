@@ -44,7 +44,7 @@ FAST = {"n_archs": 6, "batch_size": 1, "seq_len": 16, "gen_len": 8,
         "warmup": 1, "min_repeats": 5, "max_repeats": 10, "target_rel_ci": 0.05,
         "max_seconds": 0.05, "breakdown": {"n_archs": 1, "repeats": 3},
         "serving": {"n_archs": 2, "batch_sizes": [1, 4, 16]},
-        "parallel": {"n_archs": 1, "modes": ["none", "ddp", "zero3"], "recompute": [False],
+        "parallel": {"n_archs": 0, "modes": ["none", "ddp", "zero3"], "recompute": [False],
                      "dtypes": ["fp32"], "batch_size": 1, "cpu_ranks": 2, "repeats": 2,
                      "profile_steps": 1}, "seed": 0}
 
@@ -183,10 +183,9 @@ def test_runtime_table_has_every_condition_with_reasons(
 
 def test_breakdown_table_has_both_views_per_workload(
         measured: runtime.RuntimeTables) -> None:
-    breakdown = measured.breakdown.filter(pl.col("parallel").is_null())
+    breakdown = measured.breakdown
     assert set(breakdown["workload"]) == set(FAST["workloads"])
     assert set(breakdown["view"]) == {"modules", "operators"}
-    assert set(measured.breakdown["view"]) == {"modules", "operators", "collectives"}
     totals = breakdown.filter(pl.col("view") == "modules").group_by("condition").agg(
         pl.col("ms").sum(), pl.col("step_ms").first())
     for ms, step in totals.select("ms", "step_ms").iter_rows():
@@ -211,16 +210,35 @@ def test_serving_tpot_grows_slower_than_the_batch(measured: runtime.RuntimeTable
                 row["ttft_ms"] + (row["gen_len"] - 1) * row["tpot_ms"])
 
 
-def test_parallel_rows_and_collectives_join_the_runtime_tables(
+def test_without_parallel_archs_the_parallel_table_is_empty(
         measured: runtime.RuntimeTables, tmp_path: Path) -> None:
-    parallel, breakdown = measured.parallel, measured.breakdown
+    assert measured.parallel.is_empty()
+    assert "parallel" not in measured.breakdown.columns
+    assert parallel_modes(measured.parallel, tmp_path / "parallel")[0].exists()
+
+
+@pytest.mark.e2e
+def test_parallel_rows_and_collectives_join_the_runtime_tables(tmp_path: Path) -> None:
+    section = FAST | {"n_archs": 2, "workloads": ["train_step"], "dtypes": ["fp32"],
+                      "options": {"attention": [], "quant": [], "compile": [], "recompute": []},
+                      "serving": {"n_archs": 0, "batch_sizes": [1]},
+                      "parallel": FAST["parallel"] | {"n_archs": 1}}
+    aliases = {"cpu-test": auto_label(fingerprint(2, CPU))}
+    tables = runtime.measure_runtime(section, 2, SPACE, SPACE.sample(4, seed=3), VOCAB,
+                                     "cpu-test", aliases)
+    parallel, breakdown = tables.parallel, tables.breakdown
+    assert tables.serving.is_empty()
     assert parallel.height == 3 * 2 and set(parallel["device"]) == {"cpu-test"}
     assert (parallel["status"] == "ok").all() and set(parallel["world_size"]) == {2}
     communication = breakdown.filter(pl.col("category") == "communication")
     assert set(communication["parallel"]) == {"none", "ddp", "zero3"}
     assert set(communication["workload"]) == {"train_step"}
     ddp = communication.filter(pl.col("parallel") == "ddp")["ms"]
-    assert (ddp > 0).all() and (communication.filter(pl.col("parallel") == "none")["ms"] == 0).all()
+    alone = communication.filter(pl.col("parallel") == "none")["ms"]
+    assert (ddp > 0).all() and (alone == 0).all()
+    assert set(breakdown["view"]) == {"modules", "operators", "collectives"}
+    assert breakdown.filter(pl.col("parallel").is_null())["category"].is_in(
+        ["backward", "optimizer"]).any()  # the single-process train step's rows stay
     paths = parallel_modes(parallel, tmp_path / "parallel")
     assert paths[0].read_bytes().startswith(b"\x89PNG")
     summary = parallel_table(parallel)

@@ -24,7 +24,7 @@ ALL_STAGES = {"data", "supernet", "sample_archs", "perplexity", "measure", "meas
               "surrogates_device", "surrogate_quality",
               "search_reference", "search", "search_summary", "figures_of_scale", "transfer",
               "compress_dense", "compress_finetune", "compress_search", "compress_table",
-              "compress"}
+              "compress_finetune_methods", "compress"}
 SEARCH_AND_FIGURES = {"search_reference", "search", "search_summary", "figures_of_scale"}
 # The whole workflow, small enough for a test.
 def dvc_status(repo: Path) -> dict:

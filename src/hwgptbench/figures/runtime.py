@@ -167,7 +167,7 @@ def serving_curves(serving: pl.DataFrame, out_stem: PathLike) -> list[Path]:
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
     for ax, device in zip(axes, devices, strict=False):
         part = ok.filter(pl.col("device") == device)
-        for arch in part.partition_by("arch_id", maintain_order=False):
+        for arch in part.sort("params", "arch_id").partition_by("arch_id", maintain_order=True):
             line = arch.sort("batch_size")
             arch_id = line["arch_id"][0]
             ax.plot(line["tpot_ms"], line["throughput_tokens_per_s"], marker="o",
