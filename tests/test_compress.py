@@ -15,7 +15,7 @@ from hwgptbench.compress.dense import load_dense, pretrain
 from hwgptbench.compress.evaluate import SubnetEvaluator
 from hwgptbench.compress.finetune import IMPORTANCE_TABLE, finetune
 from hwgptbench.compress.search import run_searches, subnet_table
-from hwgptbench.compress.table import compression_table, picks
+from hwgptbench.compress.table import FAIR_REFERENCE, compression_table, picks
 from hwgptbench.compress.tasks import build_cloze
 from hwgptbench.data import TokenShards
 from hwgptbench.perplexity.evaluate import validation_batches
@@ -106,11 +106,25 @@ def test_search_and_table(space: SearchSpace, dense_file: Path, shakespeare: Pat
 
     dense = load_dense(dense_file)
     chosen = picks(subnets, 1e9, section["objectives"], [0.01], space.largest().id)
-    assert chosen[0] == ("largest, fine-tuned", space.largest().id)
+    assert chosen[0] == (FAIR_REFERENCE, space.largest().id)
     table = compression_table(dense, evaluator, chosen, ["int8_dynamic"])
     assert table.height == 2 * (1 + len(chosen))
-    base = table.row(0, named=True)
-    assert base["model"] == "dense" and base["size_x"] == 1 and base["throughput_x"] == 1
+    pretrained = table.row(0, named=True)
+    assert pretrained["model"] == "dense"
+    assert pretrained["size_x_vs_pretrained"] == pretrained["throughput_x_vs_pretrained"] == 1
+    # the fair reference: every ratio is taken against the fine-tuned largest sub-network
+    fair = table.filter((pl.col("model") == FAIR_REFERENCE) & (pl.col("quant") == "none"))
+    fair_row = fair.row(0, named=True)
+    assert fair_row["size_x"] == 1 and fair_row["throughput_x"] == 1
+    assert fair_row["perplexity_rel_change"] == 0 and fair_row["accuracy_change"] == 0
+    assert fair_row["perplexity"] == pytest.approx(evaluator.perplexity(space.largest()))
+    for row in table.filter(pl.col("perplexity").is_not_null()).iter_rows(named=True):
+        assert row["perplexity_rel_change"] == pytest.approx(
+            row["perplexity"] / fair_row["perplexity"] - 1)
+        assert row["perplexity_rel_change_vs_pretrained"] == pytest.approx(
+            row["perplexity"] / pretrained["perplexity"] - 1)
+    with pytest.raises(ValueError, match="fair reference"):
+        compression_table(dense, evaluator, chosen[1:], [])
     quantized = table.filter(pl.col("quant") == "int8_dynamic")
     assert (quantized["size_x"] > 1.3).all()  # int8 Linear weights (the embedding stays fp32)
     assert (quantized["perplexity_rel_change"].abs() < 0.2).all()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -117,18 +116,16 @@ def cmd_search(args: argparse.Namespace) -> None:
 
 def cmd_table(args: argparse.Namespace) -> None:
     """Dense model vs found sub-networks vs quantized: size, throughput, perplexity and
-    accuracy, measured on this machine."""
+    accuracy, measured on this machine, against the fine-tuned largest sub-network."""
     from .dense import load_dense
-    from .evaluate import mean_loss
     from .table import compression_table, picks
 
     section = _section(args)
     evaluator = _evaluator(section, args.data, args.supernet)
     dense = load_dense(args.dense, evaluator.device)
-    dense_perplexity = math.exp(mean_loss(dense, evaluator.batches, evaluator.device))
-    chosen = picks(pl.read_parquet(args.subnets), dense_perplexity,
-                   section["search"]["objectives"], section["table"]["tolerances"],
-                   evaluator.space.largest().id)
+    largest = evaluator.space.largest()  # the fair reference: the fine-tuned dense shape
+    chosen = picks(pl.read_parquet(args.subnets), evaluator.perplexity(largest),
+                   section["search"]["objectives"], section["table"]["tolerances"], largest.id)
     table = compression_table(dense, evaluator, chosen, section["quantize"])
     io.write_parquet(table, args.out)
     log.info("compression table: %d rows", table.height)

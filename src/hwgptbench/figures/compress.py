@@ -14,7 +14,8 @@ PathLike = str | os.PathLike[str]
 COSTS = (("params", "parameters (M)", 1e-6), ("latency_ms", "prefill latency (ms)", 1.0))
 SUMMARY_COLUMNS = ("model", "arch_id", "quant", "params", "size_mb", "latency_ms",
                    "tokens_per_s", "perplexity", "accuracy", "size_x", "throughput_x",
-                   "perplexity_rel_change", "accuracy_change")
+                   "perplexity_rel_change", "accuracy_change", "throughput_x_vs_pretrained",
+                   "perplexity_rel_change_vs_pretrained")
 
 
 @styled
