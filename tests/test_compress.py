@@ -13,11 +13,12 @@ import yaml
 from conftest import REPO_ROOT
 from hwgptbench.compress.dense import load_dense, pretrain
 from hwgptbench.compress.evaluate import SubnetEvaluator
-from hwgptbench.compress.finetune import IMPORTANCE_TABLE, finetune
+from hwgptbench.compress.finetune import IMPORTANCE_TABLE, calibration_batches, finetune
 from hwgptbench.compress.search import run_searches, subnet_table
 from hwgptbench.compress.table import FAIR_REFERENCE, compression_table, picks
 from hwgptbench.compress.tasks import build_cloze
 from hwgptbench.data import TokenShards
+from hwgptbench.figures.compress import compression_figure, search_edge
 from hwgptbench.perplexity.evaluate import validation_batches
 from hwgptbench.space import SearchSpace
 from hwgptbench.supernet.train import TrainConfig, load_supernet
@@ -107,8 +108,29 @@ def test_search_and_table(space: SearchSpace, dense_file: Path, shakespeare: Pat
     dense = load_dense(dense_file)
     chosen = picks(subnets, 1e9, section["objectives"], [0.01], space.largest().id)
     assert chosen[0] == (FAIR_REFERENCE, space.largest().id)
-    table = compression_table(dense, evaluator, chosen, ["int8_dynamic"])
-    assert table.height == 2 * (1 + len(chosen))
+    calibration = calibration_batches(shards, space.block_size, IMPORTANCE)
+    table = compression_table(dense, evaluator, chosen, ["int8_dynamic"], calibration)
+    models = table.filter(pl.col("baseline").is_in(["dense", "search"]))
+    assert models.height == 2 * (1 + len(chosen))
+    # baselines at the size of each searched pick, pruned from the fair reference, unquantized
+    searched = {row["model"]: row["params"] for row in table.filter(
+        (pl.col("baseline") == "search") & (pl.col("quant") == "none")).iter_rows(named=True)}
+    found = table.filter(~pl.col("baseline").is_in(["dense", "search"]))
+    assert set(found["quant"]) == {"none"} and set(found["matched_to"]) == set(searched)
+    for row in found.iter_rows(named=True):
+        if row["baseline"] == "wanda":  # as many nonzeros, stored sparse
+            assert row["params"] == searched[row["matched_to"]]
+        else:
+            assert row["params"] <= searched[row["matched_to"]]
+        assert row["perplexity"] > 0 and row["latency_ms"] > 0
+    assert set(found.filter(pl.col("matched_to") == next(iter(searched)))["baseline"]) >= {
+        "uniform_width", "wanda"}
+    edge = search_edge(table)
+    assert edge.height == found.height and set(edge["baseline"]) == set(found["baseline"])
+    for row in edge.iter_rows(named=True):
+        assert row["perplexity_vs_search"] == pytest.approx(
+            row["perplexity"] / row["pick_perplexity"] - 1)
+    assert compression_figure(table, subnets, runs, tmp_path / "compress")[0].exists()
     pretrained = table.row(0, named=True)
     assert pretrained["model"] == "dense"
     assert pretrained["size_x_vs_pretrained"] == pretrained["throughput_x_vs_pretrained"] == 1

@@ -71,9 +71,10 @@ rule compress_search:
 
 
 rule compress_table:
-    """Dense vs found sub-networks vs quantized: size, throughput, perplexity, accuracy."""
+    """Dense vs found sub-networks vs quantized vs pruning baselines at matched size: size,
+    throughput, perplexity, accuracy, against the fine-tuned largest sub-network."""
     input:
-        params=compress_params("evaluate", "timing", "search", "quantize", "table"),
+        params=compress_params("evaluate", "timing", "search", "quantize", "table", "importance"),
         data=DATA_DIR,
         dense=rules.compress_dense.output[0],
         supernet=rules.compress_finetune.output.model,
@@ -123,6 +124,8 @@ rule compress:
                       category="Compression"),
         table=report(f"{layout.compress_figures(COMPRESS)}/table_compress.csv",
                      caption="../report/table_compress.rst", category="Compression"),
+        edge=report(f"{layout.compress_figures(COMPRESS)}/table_compress_baselines.csv",
+                    caption="../report/table_compress_baselines.rst", category="Compression"),
     log:
         layout.log("compress", "figures"),
     shell:

@@ -29,7 +29,7 @@ READS = {
     "compress-dense": ("name", "source", "checkpoint", "space", "pretrain"),
     "compress-finetune": ("name", "space", "importance", "finetune"),
     "compress-search": ("evaluate", "timing", "search"),
-    "compress-table": ("evaluate", "timing", "search", "quantize", "table"),
+    "compress-table": ("evaluate", "timing", "search", "quantize", "table", "importance"),
     "compress-finetune-methods": ("timing", "finetune_methods"),
 }
 
@@ -118,6 +118,7 @@ def cmd_table(args: argparse.Namespace) -> None:
     """Dense model vs found sub-networks vs quantized: size, throughput, perplexity and
     accuracy, measured on this machine, against the fine-tuned largest sub-network."""
     from .dense import load_dense
+    from .finetune import calibration_batches
     from .table import compression_table, picks
 
     section = _section(args)
@@ -126,20 +127,24 @@ def cmd_table(args: argparse.Namespace) -> None:
     largest = evaluator.space.largest()  # the fair reference: the fine-tuned dense shape
     chosen = picks(pl.read_parquet(args.subnets), evaluator.perplexity(largest),
                    section["search"]["objectives"], section["table"]["tolerances"], largest.id)
-    table = compression_table(dense, evaluator, chosen, section["quantize"])
+    calibration = calibration_batches(data.TokenShards.open(args.data), evaluator.space.block_size,
+                                      section["importance"])
+    table = compression_table(dense, evaluator, chosen, section["quantize"], calibration)
     io.write_parquet(table, args.out)
     log.info("compression table: %d rows", table.height)
 
 
 def cmd_figures(args: argparse.Namespace) -> None:
-    """The compression figure and table (CSV and Markdown)."""
-    from ..figures.compress import compression_figure, compression_summary
+    """The compression figure, its table and the search's edge over the baselines (CSV and
+    Markdown)."""
+    from ..figures.compress import compression_figure, compression_summary, search_edge
     from ..figures.tables import write_table
 
     table, subnets = pl.read_parquet(args.table), pl.read_parquet(args.subnets)
     out = Path(args.out_dir)
     compression_figure(table, subnets, pl.read_parquet(args.runs), out / "compress")
     write_table(compression_summary(table), out / "table_compress")
+    write_table(search_edge(table), out / "table_compress_baselines")
 
 
 def cmd_finetune_methods(args: argparse.Namespace) -> None:

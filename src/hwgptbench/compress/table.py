@@ -15,21 +15,39 @@ perplexity and cloze accuracy on the same held-out data, and their ratios to the
 reference unquantized (``size_x``, ``throughput_x``, ``perplexity_rel_change``,
 ``accuracy_change``) and to the dense model as pretrained (the same names with
 ``_vs_pretrained``), so that the training effect reads apart from the search's.
+
+Baselines at matched size (:mod:`hwgptbench.compress.baselines`): at the parameter count of
+each searched pick, the fair reference pruned without search (uniform width, depth by block
+influence, Wanda sparsity with as many nonzeros), from the same fine-tuned weights the
+searched sub-networks inherit and with no further training. ``baseline`` names the kind
+(``dense``, ``search``, ``uniform_width``, ``depth``, ``wanda``) and ``matched_to`` the pick;
+a Wanda row's ``params`` counts nonzeros and its ``size_mb`` is its CSR size, while its
+latency is that of the dense kernels it still runs.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple, cast
 
 import polars as pl
+import torch
 import torch.nn as nn
 
 from ..measure.latency import measure_latency_interleaved
 from ..measure.quantize import QuantizationUnsupported, backend_of, model_size_bytes, quantize
 from ..model import GPT
 from ..space import Arch
+from .baselines import (
+    depth_prune,
+    nonzero_params,
+    param_count,
+    sparse_size_bytes,
+    uniform_width,
+    wanda,
+)
 from .evaluate import TIMING_KEYS, SubnetEvaluator, mean_loss, prefill_call, speed
 from .tasks import score_cloze
 
@@ -76,33 +94,83 @@ def quality(model: nn.Module, evaluator: SubnetEvaluator) -> dict[str, Any]:
             "accuracy": accuracy}
 
 
+class Entry(NamedTuple):
+    """One model of the table: its label, arch (or what was built), kind and model."""
+
+    label: str
+    arch_id: str
+    baseline: str  # dense | search | uniform_width | depth | wanda
+    matched_to: str | None  # the searched pick whose size a baseline matches
+    model: nn.Module
+
+
+def baselines(reference: GPT, matched: Sequence[tuple[str, int]],
+              calibration: Sequence[torch.Tensor]) -> list[Entry]:
+    """Each baseline of :mod:`hwgptbench.compress.baselines`, built from the fair reference
+    without search at the parameter count of each searched pick (``matched``: its label and
+    count); one that cannot reach a size is logged and left out."""
+    entries = []
+    for label, params in matched:
+        try:
+            width, arch = uniform_width(reference, params)
+            entries.append(Entry(f"uniform width at {label}", arch.id, "uniform_width", label,
+                                 width))
+        except ValueError as err:
+            log.info("no uniform width baseline at %s: %s", label, err)
+        try:
+            shallow, kept = depth_prune(reference, params, calibration)
+            entries.append(Entry(f"depth at {label}", f"layers {','.join(map(str, kept))}",
+                                 "depth", label, shallow))
+        except ValueError as err:
+            log.info("no depth baseline at %s: %s", label, err)
+        sparse, _ = wanda(reference, calibration, params)
+        entries.append(Entry(f"wanda at {label}", f"{reference.config.arch.id} sparse",
+                             "wanda", label, sparse))
+    return entries
+
+
 def compression_table(dense: GPT, evaluator: SubnetEvaluator, chosen: list[tuple[str, str]],
-                      methods: list[str]) -> pl.DataFrame:
+                      methods: list[str], calibration: Sequence[torch.Tensor] = ()
+                      ) -> pl.DataFrame:
     """One row per (model, quantization method), with ratios to the fair reference and to the
-    dense model as pretrained, both unquantized (module docstring). All
-    runnable models are timed interleaved (:func:`measure_latency_interleaved`), so machine
-    drift biases none of the ratios; a method that cannot run here gives null metrics and the
-    reason."""
+    dense model as pretrained, both unquantized (module docstring). With ``calibration``
+    (token id batches of training data), the baselines of each searched pick follow, at its
+    parameter count, unquantized (:func:`baselines`). All runnable models are timed
+    interleaved (:func:`measure_latency_interleaved`), so machine drift biases none of the
+    ratios; a method that cannot run here gives null metrics and the reason."""
     if FAIR_REFERENCE not in [label for label, _ in chosen]:
         raise ValueError(f"the table needs the fair reference: pass ({FAIR_REFERENCE!r}, the "
                          "largest arch id) among the picks")
-    models: list[tuple[str, str, nn.Module]] = [(PRETRAINED, dense.config.arch.id,
-                                                  dense.eval())]
+    entries = [Entry(PRETRAINED, dense.config.arch.id, "dense", None, dense.eval())]
     for label, arch_id in chosen:
-        models.append((label, arch_id, evaluator.supernet.extract(Arch.from_id(arch_id)).eval()))
-    rows, calls = [], []
-    for label, arch_id, model in models:
-        params = sum(p.numel() for p in model.parameters())
-        for method in ["none", *methods]:
-            row = {"model": label, "arch_id": arch_id, "params": params, "quant": method}
+        model = evaluator.supernet.extract(Arch.from_id(arch_id)).eval()
+        entries.append(Entry(label, arch_id, "dense" if label == FAIR_REFERENCE else "search",
+                             None, model))
+    if calibration:
+        reference = entries[1 + [label for label, _ in chosen].index(FAIR_REFERENCE)].model
+        matched = [(e.label, param_count(e.model)) for e in entries if e.baseline == "search"]
+        entries += baselines(cast(GPT, reference), matched, calibration)
+    rows: list[dict[str, Any]] = []
+    calls = []
+    for entry in entries:
+        base: dict[str, Any] = {
+            "model": entry.label, "arch_id": entry.arch_id, "baseline": entry.baseline,
+            "matched_to": entry.matched_to,
+            "params": (nonzero_params(entry.model) if entry.baseline == "wanda"
+                       else param_count(entry.model))}
+        quantized = methods if entry.baseline in ("dense", "search") else []
+        for method in ["none", *quantized]:
+            row = base | {"quant": method}
             try:
-                runnable = model if method == "none" else quantize(model, method)
+                runnable = entry.model if method == "none" else quantize(entry.model, method)
             except QuantizationUnsupported as reason:
                 rows.append(row | {"backend": None, "reason": str(reason)})
                 continue
-            log.info("evaluating %s (%s), quantization %s", label, arch_id, method)
-            rows.append(row | {"backend": backend_of(method), "reason": None}
-                        | quality(runnable, evaluator))
+            log.info("evaluating %s (%s), quantization %s", entry.label, entry.arch_id, method)
+            measured = quality(runnable, evaluator)
+            if entry.baseline == "wanda":  # stored sparse (CSR); the kernels stay dense
+                measured["size_mb"] = sparse_size_bytes(cast(GPT, entry.model)) / MB
+            rows.append(row | {"backend": backend_of(method), "reason": None} | measured)
             calls.append((len(rows) - 1, prefill_call(runnable, evaluator.timing,
                                                       evaluator.supernet.vocab_size,
                                                       evaluator.device)))
