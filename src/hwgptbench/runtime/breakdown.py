@@ -139,20 +139,29 @@ def _self_ms(event: Any, cuda: bool) -> float:
     return (event.self_device_time_total if cuda else event.self_cpu_time_total) / 1000
 
 
+def profiled_steps(call: Callable[[], Any], repeats: int, device: torch.device, name: str
+                   ) -> profile:
+    """The profiler after ``repeats`` calls, each in a range ``name`` that waits for the call's
+    kernels on CUDA (which the profiler then records too)."""
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        for _ in range(repeats):
+            with record_function(name):
+                call()
+                if cuda:  # inside the range: its host time spans the kernels too
+                    torch.cuda.synchronize(device)
+    return prof
+
+
 def profile_breakdown(model: GPT, call: Callable[[], Any], repeats: int,
                       device: torch.device) -> dict[str, Any]:
     """Per-call ms of each module class and operator category over ``repeats`` profiled
     calls, with the profiled step time; the model must be the eager module ``call`` runs."""
     cuda = torch.device(device).type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with labelled_modules(model), collector_paused():
         call()  # warm the hooks and the profiler-free path once
-        with profile(activities=activities) as prof:
-            for _ in range(repeats):
-                with record_function(STEP):
-                    call()
-                if cuda:
-                    torch.cuda.synchronize(device)
+        prof = profiled_steps(call, repeats, torch.device(device), STEP)
     modules: dict[str, float] = defaultdict(float)
     operators: dict[str, float] = defaultdict(float)
     step = 0.0

@@ -82,7 +82,6 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile, record_function
 
 from ..measure.device import DTYPES, dtype_unsupported_reason
 from ..measure.memory import MB, peak_rss_bytes
@@ -90,6 +89,7 @@ from ..measure.runner import build_model
 from ..model import GPT
 from ..schema import COLLECTIVES, COMMUNICATION, OTHER
 from ..space import Arch, SearchSpace
+from .breakdown import profiled_steps
 from .workloads import TRAIN_LR
 
 if TYPE_CHECKING:
@@ -261,14 +261,7 @@ def profile_collectives(step: Callable[[], Any], steps: int, device: torch.devic
     profiled step (``profiled_step_ms``) and of its time with no collective in flight
     (``compute_ms``), over ``steps`` profiled steps."""
     cuda = device.type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities) as prof:
-        for _ in range(steps):
-            with record_function(STEP):
-                step()
-                if cuda:
-                    torch.cuda.synchronize(device)
-    events = list(prof.events())
+    events = list(profiled_steps(step, steps, device, STEP).events())
     windows = [(e.time_range.start, e.time_range.end) for e in events
                if e.name == STEP and e.device_type == DeviceType.CPU]
     collectives = collective_events(events, cuda)
