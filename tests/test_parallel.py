@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 import torch
 
+from hwgptbench.measure.memory import tensors_bytes
 from hwgptbench.measure.runner import build_model
 from hwgptbench.runtime import parallel
 from hwgptbench.runtime.parallel import (
@@ -21,7 +22,6 @@ from hwgptbench.runtime.parallel import (
     collective_kind,
     launch_parallel,
     measure_parallel,
-    tensors_bytes,
 )
 from hwgptbench.schema import COMMUNICATION
 from hwgptbench.space import Arch, SearchSpace

@@ -40,8 +40,6 @@ gradients of the trainable parameters.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -52,9 +50,16 @@ import torch.nn as nn
 
 from ..measure.device import DTYPES, dtype_unsupported_reason
 from ..measure.latency import is_out_of_memory, measure_latency
-from ..measure.memory import MB, cpu_allocation_peak, tensor_bytes
+from ..measure.memory import (
+    MB,
+    cpu_allocation_peak,
+    optimizer_bytes,
+    release,
+    tensor_bytes,
+    tensors_bytes,
+)
 from ..model import GPT
-from ..runtime.workloads import TRAIN_LR
+from ..runtime.workloads import TRAIN_LR, autocast
 
 log = logging.getLogger(__name__)
 
@@ -123,21 +128,10 @@ def trainable_parameters(model: nn.Module) -> list[torch.Tensor]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def _bytes(tensors: Sequence[torch.Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
-def optimizer_bytes(optimizer: torch.optim.Optimizer) -> int:
-    """Exact bytes of an optimizer's state tensors (AdamW: two moments and a step per
-    parameter)."""
-    return _bytes([t for state in optimizer.state.values() for t in state.values()
-                   if isinstance(t, torch.Tensor)])
-
-
 def _held_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
     """Bytes held between steps: weights, buffers, gradients left set and optimizer state."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
-    return tensor_bytes(model) + _bytes(grads) + optimizer_bytes(optimizer)
+    return tensor_bytes(model) + tensors_bytes(grads) + optimizer_bytes(optimizer)
 
 
 def training_step(model: nn.Module, x: torch.Tensor, dtype: str
@@ -149,12 +143,9 @@ def training_step(model: nn.Module, x: torch.Tensor, dtype: str
         raise ValueError("the model has no trainable parameters")
     optimizer = torch.optim.AdamW(params, lr=TRAIN_LR)
     targets = torch.roll(x, -1, dims=1)
-    autocast: Callable[[], contextlib.AbstractContextManager[Any]] = (
-        contextlib.nullcontext if dtype == "fp32"
-        else lambda: torch.autocast(x.device.type, dtype=DTYPES[dtype]))
 
     def step() -> torch.Tensor:
-        with autocast():
+        with autocast(dtype, x.device):
             _, loss = model(x, targets)
         loss.backward()
         optimizer.step()
@@ -180,12 +171,6 @@ def _memory(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Op
     return None, f"memory is measured on CPU and CUDA devices only, not {device.type}"
 
 
-def _free(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
 def _measure_method(model_factory: Callable[[], GPT], method: str, lora: Mapping[str, Any],
                     x: torch.Tensor, dtype: str, warmup: int, repeats: int, seed: int
                     ) -> dict[str, Any]:
@@ -206,7 +191,7 @@ def _measure_method(model_factory: Callable[[], GPT], method: str, lora: Mapping
             "trainable_fraction": n_trainable / total, "step_ms": step_ms,
             "tokens_per_s": x.numel() / (step_ms / 1000) if step_ms > 0 else None,
             "memory_peak_mb": memory_peak_mb, "optim_bytes": optimizer_bytes(optimizer),
-            "grad_bytes": _bytes(trainable), "memory_reason": memory_reason,
+            "grad_bytes": tensors_bytes(trainable), "memory_reason": memory_reason,
             "status": "ok", "reason": None}
 
 
@@ -255,7 +240,7 @@ def measure_finetune_methods(model_factory: Callable[[], GPT], methods: Sequence
                 raise
             log.warning("fine-tuning %s: out of memory", method)
             row |= _failed("oom", f"out of memory: {err}".splitlines()[0])
-        _free(device)
+        release(device)
         log.info("fine-tuning %s: %s trainable of %s parameters, step %s ms, peak %s MB", method,
                  row["trainable_params"], row["total_params"], row["step_ms"],
                  row["memory_peak_mb"])

@@ -21,10 +21,11 @@ than the model (docs/measure.md). bf16 weights are exactly half of fp32 ones, an
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,44 @@ def tensor_bytes(model: nn.Module) -> int:
     """Exact bytes of a model's parameters and buffers."""
     tensors = [*model.parameters(), *model.buffers()]
     return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """A DTensor's shard on this process; any other tensor itself."""
+    to_local = getattr(tensor, "to_local", None)  # torch.distributed.tensor.DTensor
+    return to_local() if callable(to_local) else tensor
+
+
+def tensors_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Exact bytes of tensors held by this process (a DTensor's local shard), each storage
+    region once (tied weights)."""
+    seen: set[tuple[str, int, int]] = set()
+    total = 0
+    for tensor in tensors:
+        local = _local(tensor)
+        nbytes = local.numel() * local.element_size()
+        key = (str(local.device), local.data_ptr(), nbytes)
+        if nbytes and key not in seen:
+            seen.add(key)
+            total += nbytes
+    return total
+
+
+def optimizer_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Exact bytes of an optimizer's state tensors held here (AdamW: two moments and a step
+    per parameter; ZeroRedundancyOptimizer: those of its local optimizer over this rank's
+    share)."""
+    inner = getattr(optimizer, "optim", optimizer)
+    return tensors_bytes(value for state in inner.state.values() for value in state.values()
+                         if isinstance(value, torch.Tensor))
+
+
+def release(device: torch.device) -> None:
+    """Free what a dropped model and optimizer held: collect their reference cycles and, on
+    CUDA, return the allocator's cached blocks."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def memory_row(weights: int, peak: int, activations: int) -> dict[str, Any]:

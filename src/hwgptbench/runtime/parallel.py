@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import json
 import logging
 import os
@@ -84,13 +83,14 @@ import torch.nn as nn
 from torch.autograd import DeviceType
 
 from ..measure.device import DTYPES, dtype_unsupported_reason
-from ..measure.memory import MB, peak_rss_bytes
+from ..measure.latency import is_out_of_memory
+from ..measure.memory import MB, optimizer_bytes, peak_rss_bytes, release, tensors_bytes
 from ..measure.runner import build_model
 from ..model import GPT
 from ..schema import COLLECTIVES, COMMUNICATION, OTHER
 from ..space import Arch, SearchSpace
 from .breakdown import profiled_steps
-from .workloads import TRAIN_LR
+from .workloads import TRAIN_LR, autocast
 
 if TYPE_CHECKING:
     import polars as pl
@@ -152,26 +152,6 @@ def process_group() -> Iterator[Rank]:
 # ---- state bytes -------------------------------------------------------------------------
 
 
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    """A DTensor's shard on this rank; any other tensor itself."""
-    to_local = getattr(tensor, "to_local", None)  # torch.distributed.tensor.DTensor
-    return to_local() if callable(to_local) else tensor
-
-
-def tensors_bytes(tensors: Iterable[torch.Tensor]) -> int:
-    """Exact bytes of the rank's own tensors, each storage region once (tied weights)."""
-    seen: set[tuple[str, int, int]] = set()
-    total = 0
-    for tensor in tensors:
-        local = _local(tensor)
-        nbytes = local.numel() * local.element_size()
-        key = (str(local.device), local.data_ptr(), nbytes)
-        if nbytes and key not in seen:
-            seen.add(key)
-            total += nbytes
-    return total
-
-
 def param_bytes(model: nn.Module) -> int:
     """Bytes of the module's parameters as registered now."""
     return tensors_bytes(model.parameters())
@@ -180,14 +160,6 @@ def param_bytes(model: nn.Module) -> int:
 def grad_bytes(model: nn.Module) -> int:
     """Bytes of the gradients the module's parameters hold now."""
     return tensors_bytes(p.grad for p in model.parameters() if p.grad is not None)
-
-
-def optim_bytes(optimizer: torch.optim.Optimizer) -> int:
-    """Bytes of the optimizer state tensors on this rank (ZeroRedundancyOptimizer: those of the
-    local optimizer over this rank's share)."""
-    inner = getattr(optimizer, "optim", optimizer)
-    return tensors_bytes(value for state in inner.state.values() for value in state.values()
-                         if isinstance(value, torch.Tensor))
 
 
 # ---- collectives -------------------------------------------------------------------------
@@ -329,12 +301,9 @@ def build_trainer(space: SearchSpace, arch: Arch, vocab_size: int, mode: str, re
     generator = torch.Generator().manual_seed(seed + rank.rank)
     x = torch.randint(vocab_size, (batch_size, seq_len), generator=generator).to(rank.device)
     targets = torch.roll(x, -1, dims=1)
-    autocast: Callable[[], contextlib.AbstractContextManager[Any]] = (
-        contextlib.nullcontext if dtype == "fp32"
-        else lambda: torch.autocast(rank.device.type, dtype=DTYPES[dtype]))
 
     def step(probe: dict[str, int] | None = None) -> torch.Tensor:
-        with autocast():
+        with autocast(dtype, rank.device):
             _, loss = runnable(x, targets)
         if probe is not None:
             probe["param_bytes"] = param_bytes(model)
@@ -343,7 +312,7 @@ def build_trainer(space: SearchSpace, arch: Arch, vocab_size: int, mode: str, re
             probe["grad_bytes"] = grad_bytes(model)
         optimizer.step()
         if probe is not None:
-            probe["optim_bytes"] = optim_bytes(optimizer)
+            probe["optim_bytes"] = optimizer_bytes(optimizer)
         optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
@@ -403,15 +372,9 @@ _NULL_FIELDS = ("param_bytes", "grad_bytes", "optim_bytes", "state_bytes", "step
 
 def _failure(err: BaseException) -> tuple[str, str]:
     message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    if isinstance(err, torch.OutOfMemoryError) or "out of memory" in message.lower():
+    if is_out_of_memory(err) or "out of memory" in message.lower():
         return "oom", message
     return "unsupported", message
-
-
-def _free(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def measure_parallel(space: SearchSpace, archs: Sequence[Arch], vocab_size: int,
@@ -441,7 +404,7 @@ def measure_parallel(space: SearchSpace, archs: Sequence[Arch], vocab_size: int,
                         rows.append(base | _measure_agreed(
                             space, arch, vocab_size, mode, bool(recompute), dtype, batch_size,
                             seq_len, warmup, repeats, profile_steps, seed, rank))
-                        _free(rank.device)
+                        release(rank.device)
     return rows
 
 

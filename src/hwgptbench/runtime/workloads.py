@@ -87,10 +87,12 @@ def attention_backend(name: str) -> Iterator[None]:
         yield
 
 
-def _autocast(condition: Condition, device: torch.device) -> contextlib.AbstractContextManager:
-    if condition.dtype == "fp32":
+def autocast(dtype: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """Mixed precision of a training step: nothing for fp32, else autocast to ``dtype`` over
+    the fp32 weights."""
+    if dtype == "fp32":
         return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=DTYPES[condition.dtype])
+    return torch.autocast(device.type, dtype=DTYPES[dtype])
 
 
 def build_workload(space: SearchSpace, arch: Arch, vocab_size: int, condition: Condition,
@@ -163,7 +165,7 @@ def _train_step(model: GPT, runnable: Callable[..., Any], x: torch.Tensor, condi
 
     def call() -> torch.Tensor:
         with attention_backend(condition.attention):
-            with _autocast(condition, device):
+            with autocast(condition.dtype, device):
                 _, loss = runnable(x, targets)
             with record_function("backward"):  # ranges only while profiled
                 loss.backward()
