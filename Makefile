@@ -41,7 +41,7 @@ $(VENV)/.installed-test: pyproject.toml $(LOCK) $(VENV)/.installed
 
 # Resolve pyproject.toml's ranges afresh (with every extra but torchao's, which pins torch) in a
 # scratch environment and write what it installed, torch aside (TORCH_SPEC pins it), sorted.
-LOCK_EXTRAS := test,s3,cluster,hf,lm-eval
+LOCK_EXTRAS := test,s3,cluster,hf,lm-eval,export
 lock:
 	rm -rf .lock-venv
 	$(PYTHON) -m venv .lock-venv

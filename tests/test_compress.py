@@ -3,6 +3,7 @@ search of sub-networks evaluated for real, and the dense-vs-found-vs-quantized t
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import polars as pl
@@ -14,14 +15,16 @@ from conftest import REPO_ROOT
 from hwgptbench.compress.dense import load_dense, pretrain
 from hwgptbench.compress.evaluate import SubnetEvaluator
 from hwgptbench.compress.finetune import IMPORTANCE_TABLE, calibration_batches, finetune
+from hwgptbench.compress.importance import reorder, unit_importance
+from hwgptbench.compress.recovery import recover
 from hwgptbench.compress.search import run_searches, subnet_table
-from hwgptbench.compress.table import FAIR_REFERENCE, compression_table, picks
+from hwgptbench.compress.table import FAIR_REFERENCE, BaselinePlan, compression_table, picks
 from hwgptbench.compress.tasks import build_cloze
 from hwgptbench.data import TokenShards
 from hwgptbench.figures.compress import compression_figure, search_edge
 from hwgptbench.perplexity.evaluate import validation_batches
 from hwgptbench.space import SearchSpace
-from hwgptbench.supernet.train import TrainConfig, load_supernet
+from hwgptbench.supernet.train import TrainConfig, WindowSampler, load_supernet
 
 SECTION = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["compress"]
 SPACE = SECTION["space"] | {"embed_dim": [32], "n_layer": [1, 2], "n_head": [2, 4],
@@ -51,6 +54,7 @@ def dense_file(space: SearchSpace, shakespeare: Path, tmp_path_factory: pytest.T
 
 
 IMPORTANCE = {"enabled": True, "batches": 1, "batch_size": 2, "seed": 0}
+FINETUNES = ("supernet", "none", "equal")
 
 
 def test_pretrained_dense_model_is_the_largest_arch(space: SearchSpace, dense_file: Path
@@ -109,14 +113,27 @@ def test_search_and_table(space: SearchSpace, dense_file: Path, shakespeare: Pat
     chosen = picks(subnets, 1e9, section["objectives"], [0.01], space.largest().id)
     assert chosen[0] == (FAIR_REFERENCE, space.largest().id)
     calibration = calibration_batches(shards, space.block_size, IMPORTANCE)
-    table = compression_table(dense, evaluator, chosen, ["int8_dynamic"], calibration)
+    pretrained = copy.deepcopy(dense)
+    reorder(pretrained, unit_importance(pretrained, calibration))
+    sampler = WindowSampler(shards.split("train"), space.block_size)
+    plan = BaselinePlan(calibration, FINETUNES, pretrained,
+                        lambda model, keep: recover(model, training(2), sampler,
+                                                    torch.device("cpu"), keep))
+    table = compression_table(dense, evaluator, chosen, ["int8_dynamic"], plan)
     models = table.filter(pl.col("baseline").is_in(["dense", "search"]))
     assert models.height == 2 * (1 + len(chosen))
-    # baselines at the size of each searched pick, pruned from the fair reference, unquantized
+    # baselines at the size of each searched pick, of each training, unquantized
     searched = {row["model"]: row["params"] for row in table.filter(
         (pl.col("baseline") == "search") & (pl.col("quant") == "none")).iter_rows(named=True)}
     found = table.filter(~pl.col("baseline").is_in(["dense", "search"]))
     assert set(found["quant"]) == {"none"} and set(found["matched_to"]) == set(searched)
+    assert set(found["finetune"]) == set(FINETUNES)
+    assert table.filter(pl.col("baseline") == "search")["finetune"].unique().to_list() == [
+        "supernet"]
+    # pruned from the same pretrained weights: training changes the perplexity
+    untrained = found.filter(pl.col("finetune") == "none").sort("model")["perplexity"]
+    trained = found.filter(pl.col("finetune") == "equal").sort("model")["perplexity"]
+    assert (untrained != trained).all()
     for row in found.iter_rows(named=True):
         if row["baseline"] == "wanda":  # as many nonzeros, stored sparse
             assert row["params"] == searched[row["matched_to"]]
@@ -125,7 +142,7 @@ def test_search_and_table(space: SearchSpace, dense_file: Path, shakespeare: Pat
         assert row["perplexity"] > 0 and row["latency_ms"] > 0
     assert set(found.filter(pl.col("matched_to") == next(iter(searched)))["baseline"]) >= {
         "uniform_width", "wanda"}
-    edge = search_edge(table)
+    edge = search_edge([table])
     assert edge.height == found.height and set(edge["baseline"]) == set(found["baseline"])
     for row in edge.iter_rows(named=True):
         assert row["perplexity_vs_search"] == pytest.approx(

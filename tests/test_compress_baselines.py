@@ -14,6 +14,7 @@ from hwgptbench.compress.baselines import (
     block_influence,
     depth_prune,
     head_choices,
+    input_norms,
     keep_layers,
     nonzero_params,
     param_count,
@@ -167,7 +168,8 @@ def test_depth_prune_drops_the_identity_block_and_fits(name: str) -> None:
     two = dataclasses.replace(supernet.space.largest(), n_layer=2, n_head=(4, 4),
                               mlp_ratio=(2, 2))
     before = state_copy(model)
-    pruned, kept = depth_prune(model, supernet.space.n_params(two, VOCAB), batches)
+    pruned, kept = depth_prune(model, supernet.space.n_params(two, VOCAB),
+                                block_influence(model, batches))
     assert_untouched(model, before)
     assert kept == [0, 1] and param_count(pruned) == supernet.space.n_params(two, VOCAB)
     x = batches[0]
@@ -176,15 +178,16 @@ def test_depth_prune_drops_the_identity_block_and_fits(name: str) -> None:
     # a target between depths: the fewest blocks dropped, lowest influence first
     influence = block_influence(model, batches)
     target = param_count(model) - param_count(model.blocks[0]) // 2
-    pruned, kept = depth_prune(model, target, batches)
+    pruned, kept = depth_prune(model, target, block_influence(model, batches))
     dropped = set(range(3)) - set(kept)
     assert len(dropped) == 1 and param_count(pruned) <= target < param_count(model)
     assert influence[dropped.pop()] == influence.min()
     one = param_count(model.blocks[0])
-    pruned, kept = depth_prune(model, param_count(model) - 2 * one + 1, batches)
+    pruned, kept = depth_prune(model, param_count(model) - 2 * one + 1,
+                                block_influence(model, batches))
     assert len(kept) == 1  # two blocks dropped; one block more would not fit
     with pytest.raises(ValueError, match="no depth fits"):
-        depth_prune(model, 100, batches)
+        depth_prune(model, 100, block_influence(model, batches))
 
 
 def recorded_norms(model: GPT, batches: list[torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -212,7 +215,7 @@ def test_wanda_hits_the_target_and_ranks_by_its_score(fraction: float) -> None:
     linear = sum(m.weight.numel() for m in model.blocks.modules() if isinstance(m, nn.Linear))
     target = total - int(fraction * linear) - 3  # not a whole number of rows
     before = state_copy(model)
-    pruned, masks = wanda(model, batches, target)
+    pruned, masks = wanda(model, input_norms(model, batches), target)
     assert_untouched(model, before)
     assert nonzero_params(pruned) == target and param_count(pruned) == total
     norms = recorded_norms(model, batches)
@@ -247,10 +250,11 @@ def test_wanda_scores_by_activation_not_magnitude_alone() -> None:
             block.mlp.up.weight[0].zero_()
             block.mlp.proj.weight[:, 0] = 10.0  # huge weights, zero input
     linear = sum(m.weight.numel() for m in model.blocks.modules() if isinstance(m, nn.Linear))
-    pruned, masks = wanda(model, calibration(), param_count(model) - 32 - linear // 10)
+    target = param_count(model) - 32 - linear // 10
+    pruned, masks = wanda(model, input_norms(model, calibration()), target)
     for i in range(3):
         assert not masks[f"blocks.{i}.mlp.proj.weight"][:, 0].any()
     with pytest.raises(ValueError, match="target_nonzeros"):
-        wanda(model, calibration(), 10)
-    unchanged, masks = wanda(model, calibration(), nonzero_params(model))
+        wanda(model, input_norms(model, calibration()), 10)
+    unchanged, masks = wanda(model, input_norms(model, calibration()), nonzero_params(model))
     assert nonzero_params(unchanged) == nonzero_params(model)

@@ -24,7 +24,7 @@ ALL_STAGES = {"data", "supernet", "sample_archs", "perplexity", "measure", "meas
               "surrogates_device", "surrogate_quality",
               "search_reference", "search", "search_summary", "figures_of_scale", "transfer",
               "compress_dense", "compress_finetune", "compress_search", "compress_table",
-              "compress_finetune_methods", "compress"}
+              "compress_finetune_methods", "compress", "compress_export"}
 SEARCH_AND_FIGURES = {"search_reference", "search", "search_summary", "figures_of_scale"}
 # The whole workflow, small enough for a test.
 def dvc_status(repo: Path) -> dict:
@@ -64,6 +64,10 @@ def pushed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert set(compress["quant"]) == {"none", "int8_dynamic"}
     assert (compress["size_mb"] > 0).all() and (compress["tokens_per_s"] > 0).all()
     assert (repo / "results" / "compress" / "llama-tiny" / "figures" / "compress.png").exists()
+    exports = pl.read_parquet(repo / "results" / "compress" / "llama-tiny" / "export"
+                              / "exports.parquet")
+    assert exports.filter(pl.col("skipped").is_null())["passed"].all()
+    assert set(exports.filter(pl.col("skipped").is_null())["format"]) == {"pt2", "hf"}
     assert dvc_status(repo) == {}
     assert snakemake_jobs(repo) == set()
     run(["dvc", "push"], repo)

@@ -19,6 +19,7 @@ from . import __version__, commands, params
 from .compress import commands as compress_commands
 from .data import commands as data_commands
 from .errors import UserError
+from .export import commands as export_commands
 from .figures import commands as figures_commands
 from .hwgpt_import import commands as hwgpt_import_commands
 from .measure import commands as measure_commands
@@ -35,7 +36,8 @@ REGISTRIES: tuple[Callable[[Add], None], ...] = (
     data_commands.register, supernet_commands.register, perplexity_commands.register,
     hwgpt_import_commands.register, measure_commands.register, runtime_commands.register,
     surrogate_commands.register, transfer_commands.register, search_commands.register,
-    figures_commands.register, compress_commands.register, commands.register)
+    figures_commands.register, compress_commands.register, export_commands.register,
+    commands.register)
 
 
 def cmd_validate(args: argparse.Namespace) -> None:

@@ -285,6 +285,22 @@ def compress_result(name: str, table: str, results: str = RESULTS) -> str:
     return f"{compress(name, results)}/{table}.parquet"
 
 
+def compress_export(name: str, results: str = RESULTS) -> str:
+    """The compression's exported archs: one folder each (model files, manifest.json) and the
+    index table ``exports.parquet``."""
+    return f"{compress(name, results)}/export"
+
+
+def compress_seed(name: str, index: str, results: str = RESULTS) -> str:
+    """The compression table of another fine-tune seed (compress.seeds), its work beside it."""
+    return f"{compress(name, results)}/seeds/{index}/compress.parquet"
+
+
+def compress_seed_work(name: str, index: str, results: str = RESULTS) -> str:
+    """The supernet, search runs and sub-networks of another fine-tune seed (resumable)."""
+    return f"{compress(name, results)}/seeds/{index}/.work"
+
+
 def compress_figures(name: str, results: str = RESULTS) -> str:
     return f"{compress(name, results)}/figures"
 

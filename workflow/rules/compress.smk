@@ -74,7 +74,8 @@ rule compress_table:
     """Dense vs found sub-networks vs quantized vs pruning baselines at matched size: size,
     throughput, perplexity, accuracy, against the fine-tuned largest sub-network."""
     input:
-        params=compress_params("evaluate", "timing", "search", "quantize", "table", "importance"),
+        params=compress_params("evaluate", "timing", "search", "quantize", "table", "importance",
+                               "finetune"),
         data=DATA_DIR,
         dense=rules.compress_dense.output[0],
         supernet=rules.compress_finetune.output.model,
@@ -89,6 +90,30 @@ rule compress_table:
     shell:
         "hwgptbench compress-table {params.files} --data {input.data} --dense {input.dense}"
         " --supernet {input.supernet} --subnets {input.subnets} --out {output} 2>&1 | tee {log}"
+
+
+rule compress_seed:
+    """Another fine-tune seed of the comparison (compress.seeds > 1): fine-tune, search and
+    table again with the fine-tune's and search's seeds offset by the index (resumes)."""
+    input:
+        params=compress_params("name", "space", "importance", "finetune", "evaluate", "timing",
+                               "search", "quantize", "table", "seeds"),
+        data=DATA_DIR,
+        dense=rules.compress_dense.output[0],
+    output:
+        layout.compress_seed(COMPRESS, "{index}"),
+    params:
+        files=params_flags,
+        work_dir=lambda wildcards: layout.compress_seed_work(COMPRESS, wildcards.index),
+    threads: workflow.cores  # timings: alone on the machine
+    resources:
+        **gpu_resources(config["compress"]["finetune"]["device"], 1),
+    log:
+        layout.log("compress", "seed-{index}"),
+    shell:
+        "hwgptbench compress-seed {params.files} --seed-index {wildcards.index}"
+        " --data {input.data} --dense {input.dense} --out {output}"
+        " --work-dir {params.work_dir} 2>&1 | tee {log}"
 
 
 rule compress_finetune_methods:
@@ -112,13 +137,15 @@ rule compress_finetune_methods:
 
 
 rule compress:
-    """The compression figure and table, and the fine-tuning methods' costs
-    (`snakemake compress`)."""
+    """The compression figure and table, the search's edge over the baselines (over every
+    fine-tune seed), and the fine-tuning methods' costs (`snakemake compress`)."""
     input:
         finetune_methods=rules.compress_finetune_methods.output[0],
         table=rules.compress_table.output[0],
         subnets=rules.compress_search.output.subnets,
         runs=rules.compress_search.output.runs,
+        seeds=[layout.compress_seed(COMPRESS, str(i))
+               for i in range(1, config["compress"]["seeds"])],
     output:
         figure=report(f"{layout.compress_figures(COMPRESS)}/compress.png", caption="../report/compress.rst",
                       category="Compression"),
@@ -130,4 +157,5 @@ rule compress:
         layout.log("compress", "figures"),
     shell:
         "hwgptbench compress-figures --table {input.table} --subnets {input.subnets}"
-        " --runs {input.runs} --out-dir $(dirname {output.figure}) 2>&1 | tee {log}"
+        " --runs {input.runs} --seed-tables {input.seeds} --out-dir $(dirname {output.figure})"
+        " 2>&1 | tee {log}"

@@ -283,11 +283,13 @@ def block_influence(model: GPT, batches: Sequence[Tensor]) -> Tensor:
     return (1 - sums / tokens[0]).clamp(0, 2).float()
 
 
-def depth_prune(model: GPT, target_params: int, batches: Sequence[Tensor]
-                ) -> tuple[GPT, list[int]]:
-    """Drop whole blocks in increasing order of Block Influence (on batches) until the count is
-    <= target_params; the new model and the kept layer indices (increasing)."""
-    influence = block_influence(model, batches)
+def depth_prune(model: GPT, target_params: int, influence: Tensor) -> tuple[GPT, list[int]]:
+    """Drop whole blocks in increasing order of their Block Influence (``influence``, from
+    :func:`block_influence` of this model) until the count is <= target_params; the new model
+    and the kept layer indices (increasing)."""
+    if influence.shape != (len(model.blocks),):
+        raise ValueError(f"influence has shape {tuple(influence.shape)}; the model has "
+                         f"{len(model.blocks)} blocks")
     total = param_count(model)
     kept = set(range(len(model.blocks)))
     for i in torch.argsort(influence, stable=True).tolist():
@@ -335,12 +337,12 @@ def wanda_scores(weight: Tensor, norms: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def wanda(model: GPT, batches: Sequence[Tensor], target_nonzeros: int
+def wanda(model: GPT, norms: dict[str, Tensor], target_nonzeros: int
           ) -> tuple[GPT, dict[str, Tensor]]:
-    """A copy of model with its block Linear weights pruned by Wanda's score until exactly
-    target_nonzeros parameters are nonzero (all parameters, tied once); and the boolean masks
-    by weight name (True: the weight is nonzero after pruning)."""
-    norms = input_norms(model, batches)
+    """A copy of model with its block Linear weights pruned by Wanda's score (``norms``: the
+    input norms of :func:`input_norms` of this model) until exactly target_nonzeros parameters
+    are nonzero (all parameters, tied once); and the boolean masks by weight name (True: the
+    weight is nonzero after pruning)."""
     pruned = copy.deepcopy(model)
     linears = _block_linears(pruned)
     weights = {name: linear.weight for name, linear in linears.items()}

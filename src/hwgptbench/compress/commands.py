@@ -3,12 +3,14 @@
 ``compress-dense`` (pretrain or import the dense model), ``compress-finetune`` (importance
 order, import, one sandwich fine-tune), ``compress-search`` (sub-networks searched and
 evaluated), ``compress-table`` (dense vs found vs quantized), ``compress-figures`` and
-``compress-finetune-methods`` (what full fine-tuning and LoRA of the dense model cost).
+``compress-finetune-methods`` (what full fine-tuning and LoRA of the dense model cost) and
+``compress-seed`` (fine-tune, search and table again with another seed, compress.seeds).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +22,11 @@ from ..options import Add
 from ..space import SearchSpace
 
 if TYPE_CHECKING:
+    import torch
+
+    from ..model import GPT
     from .evaluate import SubnetEvaluator
+    from .table import BaselinePlan
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +35,11 @@ READS = {
     "compress-dense": ("name", "source", "checkpoint", "space", "pretrain"),
     "compress-finetune": ("name", "space", "importance", "finetune"),
     "compress-search": ("evaluate", "timing", "search"),
-    "compress-table": ("evaluate", "timing", "search", "quantize", "table", "importance"),
+    "compress-table": ("evaluate", "timing", "search", "quantize", "table", "importance",
+                       "finetune"),
     "compress-finetune-methods": ("timing", "finetune_methods"),
+    "compress-seed": ("name", "space", "importance", "finetune", "evaluate", "timing", "search",
+                      "quantize", "table", "seeds"),
 }
 
 
@@ -99,44 +108,101 @@ def _evaluator(section: dict[str, Any], data_dir: str, supernet_path: str) -> Su
     return SubnetEvaluator(supernet, batches, items, section["timing"], device)
 
 
+def _search(section: dict[str, Any], data_dir: str, supernet: str
+            ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The search runs and the table of every sub-network they evaluated."""
+    from .search import run_searches, subnet_table
+
+    evaluator = _evaluator(section, data_dir, supernet)
+    runs = run_searches(evaluator, section["search"])
+    subnets = subnet_table(evaluator, runs, section["search"]["objectives"])
+    log.info("%d runs, %d distinct sub-networks evaluated",
+             runs.select("objectives", "algorithm").n_unique(), subnets.height)
+    return runs, subnets
+
+
 def cmd_search(args: argparse.Namespace) -> None:
     """Search the fine-tuned supernet's sub-networks (NSGA-II and the surrogate-assisted
     iterative search), evaluating each on held-out data and timing it on this machine."""
-    from .search import run_searches, subnet_table
-
-    section = _section(args)
-    evaluator = _evaluator(section, args.data, args.supernet)
-    runs = run_searches(evaluator, section["search"])
+    runs, subnets = _search(_section(args), args.data, args.supernet)
     io.write_parquet(runs, args.runs_out)
-    subnets = subnet_table(evaluator, runs, section["search"]["objectives"])
     io.write_parquet(subnets, args.subnets_out)
-    log.info("%d runs, %d distinct sub-networks evaluated",
-             runs.select("objectives", "algorithm").n_unique(), subnets.height)
 
 
-def cmd_table(args: argparse.Namespace) -> None:
-    """Dense model vs found sub-networks vs quantized: size, throughput, perplexity and
-    accuracy, measured on this machine, against the fine-tuned largest sub-network."""
+def _baseline_plan(section: dict[str, Any], dense: GPT, shards: data.TokenShards,
+                   calibration: list[torch.Tensor], device: torch.device) -> BaselinePlan:
+    """The table's baselines as compress.table.baseline_finetune asks: the pretrained dense
+    model in the importance order the supernet import gave it, and the recovery fine-tune
+    with compress.finetune's budget."""
+    from ..supernet.train import TrainConfig, WindowSampler
+    from .importance import reorder, unit_importance
+    from .recovery import recover
+    from .table import BaselinePlan
+
+    pretrained = copy.deepcopy(dense)
+    if section["importance"]["enabled"]:  # as write_imported orders it
+        reorder(pretrained, unit_importance(pretrained, calibration))
+    sampler = WindowSampler(shards.split("train"), dense.config.block_size)
+    cfg = TrainConfig.from_params(section["finetune"])
+    return BaselinePlan(calibration, section["table"]["baseline_finetune"], pretrained,
+                        lambda model, keep_zeros: recover(model, cfg, sampler, device,
+                                                          keep_zeros))
+
+
+def _table(section: dict[str, Any], data_dir: str, dense_path: str, supernet: str,
+           subnets: pl.DataFrame) -> pl.DataFrame:
+    """The compression table (hwgptbench.compress.table) of one fine-tuned supernet."""
     from .dense import load_dense
     from .finetune import calibration_batches
     from .table import compression_table, picks
 
-    section = _section(args)
-    evaluator = _evaluator(section, args.data, args.supernet)
-    dense = load_dense(args.dense, evaluator.device)
+    evaluator = _evaluator(section, data_dir, supernet)
+    dense = load_dense(dense_path, evaluator.device)
     largest = evaluator.space.largest()  # the fair reference: the fine-tuned dense shape
-    chosen = picks(pl.read_parquet(args.subnets), evaluator.perplexity(largest),
-                   section["search"]["objectives"], section["table"]["tolerances"], largest.id)
-    calibration = calibration_batches(data.TokenShards.open(args.data), evaluator.space.block_size,
-                                      section["importance"])
-    table = compression_table(dense, evaluator, chosen, section["quantize"], calibration)
-    io.write_parquet(table, args.out)
+    chosen = picks(subnets, evaluator.perplexity(largest), section["search"]["objectives"],
+                   section["table"]["tolerances"], largest.id)
+    shards = data.TokenShards.open(data_dir)
+    calibration = calibration_batches(shards, evaluator.space.block_size, section["importance"])
+    plan = _baseline_plan(section, dense, shards, calibration, evaluator.device)
+    table = compression_table(dense, evaluator, chosen, section["quantize"], plan)
     log.info("compression table: %d rows", table.height)
+    return table
+
+
+def cmd_table(args: argparse.Namespace) -> None:
+    """Dense model vs found sub-networks vs quantized vs pruning baselines: size, throughput,
+    perplexity and accuracy, measured on this machine, against the fine-tuned largest
+    sub-network."""
+    io.write_parquet(_table(_section(args), args.data, args.dense, args.supernet,
+                            pl.read_parquet(args.subnets)), args.out)
+
+
+def cmd_seed(args: argparse.Namespace) -> None:
+    """One more fine-tune seed of the compression (compress.seeds): the fine-tune, search and
+    table again, with compress.finetune.seed and compress.search.seed offset by
+    ``--seed-index``; the table goes to --out, the rest to --work-dir (resumes)."""
+    from ..supernet.train import TrainConfig
+    from .finetune import finetune
+
+    section = _section(args)
+    if not 1 <= args.seed_index < section["seeds"]:
+        raise params.ParamsError(f"--seed-index {args.seed_index} is not in [1, compress.seeds "
+                                 f"= {section['seeds']}): seed 0 is the run's own outputs")
+    for entry in ("finetune", "search"):
+        section[entry] = section[entry] | {"seed": section[entry]["seed"] + args.seed_index}
+    work = Path(args.work_dir)
+    supernet = finetune(args.dense, _space(section), TrainConfig.from_params(section["finetune"]),
+                        data.TokenShards.open(args.data, verify=True), section["importance"],
+                        work / "supernet", work / "finetune")
+    runs, subnets = _search(section, args.data, str(supernet))
+    io.write_parquet(runs, work / "search.parquet")
+    io.write_parquet(subnets, work / "subnets.parquet")
+    io.write_parquet(_table(section, args.data, args.dense, str(supernet), subnets), args.out)
 
 
 def cmd_figures(args: argparse.Namespace) -> None:
     """The compression figure, its table and the search's edge over the baselines (CSV and
-    Markdown)."""
+    Markdown; over the tables of every fine-tune seed, with intervals)."""
     from ..figures.compress import compression_figure, compression_summary, search_edge
     from ..figures.tables import write_table
 
@@ -144,7 +210,8 @@ def cmd_figures(args: argparse.Namespace) -> None:
     out = Path(args.out_dir)
     compression_figure(table, subnets, pl.read_parquet(args.runs), out / "compress")
     write_table(compression_summary(table), out / "table_compress")
-    write_table(search_edge(table), out / "table_compress_baselines")
+    seeds = [table, *(pl.read_parquet(path) for path in args.seed_tables)]
+    write_table(search_edge(seeds), out / "table_compress_baselines")
 
 
 def cmd_finetune_methods(args: argparse.Namespace) -> None:
@@ -192,10 +259,12 @@ OPTIONS: dict[str, list[tuple[str, str]]] = {
                          ("--runs", "search runs table"),
                          ("--out-dir", "folder of the figure and table")],
     "compress-finetune-methods": [DENSE, ("--out", "fine-tuning methods table")],
+    "compress-seed": [DATA, DENSE, ("--out", "compression table of this seed"), WORK_DIR],
 }
 COMMANDS = {"compress-dense": cmd_dense, "compress-finetune": cmd_finetune,
             "compress-search": cmd_search, "compress-table": cmd_table,
-            "compress-figures": cmd_figures, "compress-finetune-methods": cmd_finetune_methods}
+            "compress-figures": cmd_figures, "compress-finetune-methods": cmd_finetune_methods,
+            "compress-seed": cmd_seed}
 
 
 def register(add: Add) -> None:
@@ -204,3 +273,9 @@ def register(add: Add) -> None:
         command = add(name, func, params=name in READS)
         for flag, help_text in OPTIONS[name]:
             command.add_argument(flag, required=True, help=help_text)
+        if name == "compress-seed":
+            command.add_argument("--seed-index", type=int, required=True,
+                                 help="which seed, 1 to compress.seeds - 1")
+        if name == "compress-figures":
+            command.add_argument("--seed-tables", nargs="*", default=[],
+                                 help="compression tables of the other fine-tune seeds")

@@ -17,19 +17,25 @@ reference unquantized (``size_x``, ``throughput_x``, ``perplexity_rel_change``,
 ``_vs_pretrained``), so that the training effect reads apart from the search's.
 
 Baselines at matched size (:mod:`hwgptbench.compress.baselines`): at the parameter count of
-each searched pick, the fair reference pruned without search (uniform width, depth by block
-influence, Wanda sparsity with as many nonzeros), from the same fine-tuned weights the
-searched sub-networks inherit and with no further training. ``baseline`` names the kind
-(``dense``, ``search``, ``uniform_width``, ``depth``, ``wanda``) and ``matched_to`` the pick;
-a Wanda row's ``params`` counts nonzeros and its ``size_mb`` is its CSR size, while its
-latency is that of the dense kernels it still runs.
+each searched pick, a model pruned without search (uniform width, depth by block influence,
+Wanda sparsity with as many nonzeros). ``baseline`` names the kind (``dense``, ``search``,
+``uniform_width``, ``depth``, ``wanda``), ``matched_to`` the pick, and ``finetune`` the
+training after pretraining (:data:`FINETUNE`): ``supernet`` pruned from the fine-tuned largest
+sub-network (the very weights the search's picks inherit: search against heuristic, weights
+equal), ``none`` pruned from the dense model as pretrained, and ``equal`` that model then
+fine-tuned with the supernet fine-tune's steps, data and learning rate
+(:mod:`hwgptbench.compress.recovery`: prune-then-train against train-then-search, budgets
+equal). The dense row is ``none``, the fair reference and the picks ``supernet``. A Wanda
+row's ``params`` counts nonzeros and its ``size_mb`` is its CSR size, while its latency is that
+of the dense kernels it still runs.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
 import polars as pl
@@ -41,7 +47,9 @@ from ..measure.quantize import QuantizationUnsupported, backend_of, model_size_b
 from ..model import GPT
 from ..space import Arch
 from .baselines import (
+    block_influence,
     depth_prune,
+    input_norms,
     nonzero_params,
     param_count,
     sparse_size_bytes,
@@ -95,67 +103,114 @@ def quality(model: nn.Module, evaluator: SubnetEvaluator) -> dict[str, Any]:
 
 
 class Entry(NamedTuple):
-    """One model of the table: its label, arch (or what was built), kind and model."""
+    """One model of the table: its label, arch (or what was built), kind, training and model."""
 
     label: str
     arch_id: str
     baseline: str  # dense | search | uniform_width | depth | wanda
+    finetune: str  # the training after pretraining: none | supernet | equal (FINETUNE)
     matched_to: str | None  # the searched pick whose size a baseline matches
     model: nn.Module
 
 
-def baselines(reference: GPT, matched: Sequence[tuple[str, int]],
-              calibration: Sequence[torch.Tensor]) -> list[Entry]:
-    """Each baseline of :mod:`hwgptbench.compress.baselines`, built from the fair reference
-    without search at the parameter count of each searched pick (``matched``: its label and
-    count); one that cannot reach a size is logged and left out."""
-    entries = []
+# a baseline's training (compress.table.baseline_finetune): what it is pruned from, and after
+FINETUNE = {
+    "supernet": "pruned from the fine-tuned largest sub-network (the weights the search "
+                "inherits), no further training",
+    "none": "pruned from the dense model as pretrained, no training",
+    "equal": "pruned from the dense model as pretrained, then fine-tuned with the supernet "
+             "fine-tune's steps, data and learning rate (compress.recovery)",
+}
+Recover = Callable[[GPT, bool], GPT]  # (pruned model, keep its zeros) -> fine-tuned model
+
+
+def baselines(source: GPT, matched: Sequence[tuple[str, int]],
+              calibration: Sequence[torch.Tensor], finetune: str,
+              recover: Recover | None = None) -> list[Entry]:
+    """Each baseline of :mod:`hwgptbench.compress.baselines`, pruned from ``source`` without
+    search at the parameter count of each searched pick (``matched``: its label and count),
+    then passed through ``recover`` when given; ``finetune`` names that training
+    (:data:`FINETUNE`). Block influence and Wanda's input norms are computed once, on
+    ``source`` and the calibration batches; a size a baseline cannot reach is logged and left
+    out."""
+    influence = block_influence(source, calibration)
+    norms = input_norms(source, calibration)
+    built: list[tuple[str, str, str, str, GPT]] = []  # label, arch id, kind, matched, model
     for label, params in matched:
         try:
-            width, arch = uniform_width(reference, params)
-            entries.append(Entry(f"uniform width at {label}", arch.id, "uniform_width", label,
-                                 width))
+            width, arch = uniform_width(source, params)
+            built.append((f"uniform width at {label}", arch.id, "uniform_width", label, width))
         except ValueError as err:
             log.info("no uniform width baseline at %s: %s", label, err)
         try:
-            shallow, kept = depth_prune(reference, params, calibration)
-            entries.append(Entry(f"depth at {label}", f"layers {','.join(map(str, kept))}",
-                                 "depth", label, shallow))
+            shallow, kept = depth_prune(source, params, influence)
+            built.append((f"depth at {label}", f"layers {','.join(map(str, kept))}", "depth",
+                          label, shallow))
         except ValueError as err:
             log.info("no depth baseline at %s: %s", label, err)
-        sparse, _ = wanda(reference, calibration, params)
-        entries.append(Entry(f"wanda at {label}", f"{reference.config.arch.id} sparse",
-                             "wanda", label, sparse))
+        sparse, _ = wanda(source, norms, params)
+        built.append((f"wanda at {label}", f"{source.config.arch.id} sparse", "wanda", label,
+                      sparse))
+    entries = []
+    for label, arch_id, kind, matched_to, model in built:
+        if recover is not None:
+            log.info("recovery fine-tune of %s", label)
+            model = recover(model, kind == "wanda")
+        entries.append(Entry(f"{label} [{finetune}]", arch_id, kind, finetune, matched_to,
+                             model))
     return entries
 
 
+@dataclass(frozen=True)
+class BaselinePlan:
+    """How the table builds its pruning baselines: on which calibration batches, with which
+    trainings (:data:`FINETUNE`), from what."""
+
+    calibration: Sequence[torch.Tensor]  # token ids of training windows
+    finetunes: Sequence[str] = ("supernet",)
+    pretrained: GPT | None = None  # the importance-ordered dense model as pretrained
+    recover: Recover | None = None  # the fine-tune of ``equal``
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.finetunes) - set(FINETUNE))
+        if unknown:
+            raise ValueError(f"unknown baseline fine-tune {unknown}; choose from {list(FINETUNE)}")
+        if {"none", "equal"} & set(self.finetunes) and self.pretrained is None:
+            raise ValueError("baselines 'none' and 'equal' are pruned from the pretrained dense "
+                             "model: pass it as pretrained")
+        if "equal" in self.finetunes and self.recover is None:
+            raise ValueError("baselines 'equal' need the recovery fine-tune: pass recover")
+
+
 def compression_table(dense: GPT, evaluator: SubnetEvaluator, chosen: list[tuple[str, str]],
-                      methods: list[str], calibration: Sequence[torch.Tensor] = ()
-                      ) -> pl.DataFrame:
+                      methods: list[str], plan: BaselinePlan | None = None) -> pl.DataFrame:
     """One row per (model, quantization method), with ratios to the fair reference and to the
-    dense model as pretrained, both unquantized (module docstring). With ``calibration``
-    (token id batches of training data), the baselines of each searched pick follow, at its
-    parameter count, unquantized (:func:`baselines`). All runnable models are timed
+    dense model as pretrained, both unquantized (module docstring). With a ``plan``, the
+    baselines of each searched pick follow, at its parameter count, unquantized, once per
+    training of ``plan.finetunes`` (:func:`baselines`). All runnable models are timed
     interleaved (:func:`measure_latency_interleaved`), so machine drift biases none of the
     ratios; a method that cannot run here gives null metrics and the reason."""
     if FAIR_REFERENCE not in [label for label, _ in chosen]:
         raise ValueError(f"the table needs the fair reference: pass ({FAIR_REFERENCE!r}, the "
                          "largest arch id) among the picks")
-    entries = [Entry(PRETRAINED, dense.config.arch.id, "dense", None, dense.eval())]
+    entries = [Entry(PRETRAINED, dense.config.arch.id, "dense", "none", None, dense.eval())]
     for label, arch_id in chosen:
         model = evaluator.supernet.extract(Arch.from_id(arch_id)).eval()
         entries.append(Entry(label, arch_id, "dense" if label == FAIR_REFERENCE else "search",
-                             None, model))
-    if calibration:
+                             "supernet", None, model))
+    if plan is not None:
         reference = entries[1 + [label for label, _ in chosen].index(FAIR_REFERENCE)].model
         matched = [(e.label, param_count(e.model)) for e in entries if e.baseline == "search"]
-        entries += baselines(cast(GPT, reference), matched, calibration)
+        for finetune in plan.finetunes:
+            source = cast(GPT, reference if finetune == "supernet" else plan.pretrained)
+            entries += baselines(source, matched, plan.calibration, finetune,
+                                 plan.recover if finetune == "equal" else None)
     rows: list[dict[str, Any]] = []
     calls = []
     for entry in entries:
         base: dict[str, Any] = {
             "model": entry.label, "arch_id": entry.arch_id, "baseline": entry.baseline,
-            "matched_to": entry.matched_to,
+            "finetune": entry.finetune, "matched_to": entry.matched_to,
             "params": (nonzero_params(entry.model) if entry.baseline == "wanda"
                        else param_count(entry.model))}
         quantized = methods if entry.baseline in ("dense", "search") else []

@@ -143,7 +143,9 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, n_head: int, cos: Tensor,
     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
     if cache is not None:
         k, v = cache.append(k, v)  # (B, nkv, cached + T, hs)
-    y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1,
+    # without a cache the mask is causal at every length (one position masks nothing), so the
+    # condition is no tensor when torch.export traces T as a symbol
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None or T > 1,
                                        enable_gqa=n_kv != n_head)  # (B, nh, T, hs)
     return y.transpose(1, 2).reshape(B, T, C)
 
