@@ -34,7 +34,7 @@ INSTALL_HINT = "pip install 'hwgptbench[lm-eval]'"
 DEFAULT_MAX_GEN_TOKS = 256
 
 
-def _lm_eval() -> Any:
+def import_lm_eval() -> Any:
     """The ``lm_eval`` package, or an ImportError that says how to install it."""
     try:
         import lm_eval
@@ -48,7 +48,7 @@ def _lm_eval() -> Any:
 def adapter_class() -> type[LM]:
     """The adapter class, a subclass of ``lm_eval.api.model.TemplateLM`` (built on first use,
     as it needs ``lm_eval``)."""
-    _lm_eval()
+    import_lm_eval()
     from lm_eval import utils
     from lm_eval.api.model import TemplateLM
 
@@ -185,7 +185,7 @@ def evaluate_tasks(model: LanguageModel, tokenizer: Tokenizer, block_size: int,
     without the suffix of the default filter (``acc``, ``acc_stderr``, ``acc_norm``, ...);
     metrics that are not numbers (an unavailable stderr) are left out.
     """
-    lm_eval = _lm_eval()
+    lm_eval = import_lm_eval()
     lm = make_lm(model, tokenizer, block_size, device=device, batch_size=batch_size)
     output = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), limit=limit, **options)
     metrics = {task: {name.removesuffix(",none"): float(value)

@@ -158,14 +158,13 @@ def hub_offline() -> Iterator[None]:
 
 
 def _lm_eval() -> Any:
-    try:
-        import lm_eval
-    except ImportError as err:
-        from ..compress.lm_eval_adapter import INSTALL_HINT
+    """The ``lm_eval`` package, or a UserError that says how to install it."""
+    from ..compress.lm_eval_adapter import import_lm_eval
 
-        raise UserError(f"lm-eval tasks need lm-eval (lm-evaluation-harness): {INSTALL_HINT}"
-                        ) from err
-    return lm_eval
+    try:
+        return import_lm_eval()
+    except ImportError as err:
+        raise UserError(str(err)) from err
 
 
 def task_manager(tasks: Sequence[str]) -> Any:
