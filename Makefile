@@ -31,8 +31,9 @@ $(VENV)/.torch: | $(BIN)/python
 LOCK ?= requirements.lock
 $(LOCK):
 	@echo "$(LOCK) is missing: restore it (git checkout $(LOCK)) or write it with make lock"; false
+# the export extra: ONNX Runtime checks and times the ONNX files the default run exports
 $(VENV)/.installed: pyproject.toml $(LOCK) $(VENV)/.torch
-	$(BIN)/pip install --quiet -c $(LOCK) -e .
+	$(BIN)/pip install --quiet -c $(LOCK) -e '.[export]'
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml $(LOCK) $(VENV)/.installed
