@@ -231,7 +231,7 @@ def _state_dict_from_hf(hf: dict[str, Tensor], n_layer: int,
     return out
 
 
-def _dtype_kwarg(transformers: Any) -> str:
+def dtype_kwarg(transformers: Any) -> str:
     """``dtype`` (transformers >= 4.56) or the older ``torch_dtype``."""
     from packaging.version import Version
 
@@ -281,7 +281,7 @@ def load_hf_llama(path: str | Path, *, block_size: int | None = None,
     hf_model, info = transformers.AutoModelForCausalLM.from_pretrained(
         str(path), config=config, local_files_only=True, output_loading_info=True,
         use_safetensors=None if allow_pickle else True,
-        **{_dtype_kwarg(transformers): torch.float32})
+        **{dtype_kwarg(transformers): torch.float32})
     try:
         name = type(hf_model).__name__
         if name not in ("LlamaForCausalLM", "MistralForCausalLM"):

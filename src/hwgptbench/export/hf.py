@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..compress.hf import _dtype_kwarg
+from ..compress.hf import dtype_kwarg
 from ..errors import UserError
 from ..model import GPT, GPTConfig
 from .check import FormatUnavailableError, Logits
@@ -199,7 +199,7 @@ def load(folder: Path) -> Logits:
     transformers = _transformers()
     model = transformers.AutoModelForCausalLM.from_pretrained(
         str(folder), local_files_only=True, use_safetensors=True,
-        **{_dtype_kwarg(transformers): torch.float32}).eval()
+        **{dtype_kwarg(transformers): torch.float32}).eval()
 
     @torch.no_grad()
     def run(ids: Tensor) -> Tensor:
