@@ -108,12 +108,11 @@ def _evaluator(section: dict[str, Any], data_dir: str, supernet_path: str) -> Su
     return SubnetEvaluator(supernet, batches, items, section["timing"], device)
 
 
-def _search(section: dict[str, Any], data_dir: str, supernet: str
+def _search(section: dict[str, Any], evaluator: SubnetEvaluator
             ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The search runs and the table of every sub-network they evaluated."""
     from .search import run_searches, subnet_table
 
-    evaluator = _evaluator(section, data_dir, supernet)
     runs = run_searches(evaluator, section["search"])
     subnets = subnet_table(evaluator, runs, section["search"]["objectives"])
     log.info("%d runs, %d distinct sub-networks evaluated",
@@ -124,7 +123,8 @@ def _search(section: dict[str, Any], data_dir: str, supernet: str
 def cmd_search(args: argparse.Namespace) -> None:
     """Search the fine-tuned supernet's sub-networks (NSGA-II and the surrogate-assisted
     iterative search), evaluating each on held-out data and timing it on this machine."""
-    runs, subnets = _search(_section(args), args.data, args.supernet)
+    section = _section(args)
+    runs, subnets = _search(section, _evaluator(section, args.data, args.supernet))
     io.write_parquet(runs, args.runs_out)
     io.write_parquet(subnets, args.subnets_out)
 
@@ -149,14 +149,14 @@ def _baseline_plan(section: dict[str, Any], dense: GPT, shards: data.TokenShards
                                                           keep_zeros))
 
 
-def _table(section: dict[str, Any], data_dir: str, dense_path: str, supernet: str,
-           subnets: pl.DataFrame) -> pl.DataFrame:
-    """The compression table (hwgptbench.compress.table) of one fine-tuned supernet."""
+def _table(section: dict[str, Any], evaluator: SubnetEvaluator, data_dir: str,
+           dense_path: str, subnets: pl.DataFrame) -> pl.DataFrame:
+    """The compression table (hwgptbench.compress.table) of the evaluator's fine-tuned
+    supernet."""
     from .dense import load_dense
     from .finetune import calibration_batches
     from .table import compression_table, picks
 
-    evaluator = _evaluator(section, data_dir, supernet)
     dense = load_dense(dense_path, evaluator.device)
     largest = evaluator.space.largest()  # the fair reference: the fine-tuned dense shape
     chosen = picks(subnets, evaluator.perplexity(largest), section["search"]["objectives"],
@@ -173,7 +173,9 @@ def cmd_table(args: argparse.Namespace) -> None:
     """Dense model vs found sub-networks vs quantized vs pruning baselines: size, throughput,
     perplexity and accuracy, measured on this machine, against the fine-tuned largest
     sub-network."""
-    io.write_parquet(_table(_section(args), args.data, args.dense, args.supernet,
+    section = _section(args)
+    evaluator = _evaluator(section, args.data, args.supernet)
+    io.write_parquet(_table(section, evaluator, args.data, args.dense,
                             pl.read_parquet(args.subnets)), args.out)
 
 
@@ -194,10 +196,11 @@ def cmd_seed(args: argparse.Namespace) -> None:
     supernet = finetune(args.dense, _space(section), TrainConfig.from_params(section["finetune"]),
                         data.TokenShards.open(args.data, verify=True), section["importance"],
                         work / "supernet", work / "finetune")
-    runs, subnets = _search(section, args.data, str(supernet))
+    evaluator = _evaluator(section, args.data, str(supernet))  # the search's and the table's
+    runs, subnets = _search(section, evaluator)
     io.write_parquet(runs, work / "search.parquet")
     io.write_parquet(subnets, work / "subnets.parquet")
-    io.write_parquet(_table(section, args.data, args.dense, str(supernet), subnets), args.out)
+    io.write_parquet(_table(section, evaluator, args.data, args.dense, subnets), args.out)
 
 
 def cmd_figures(args: argparse.Namespace) -> None:

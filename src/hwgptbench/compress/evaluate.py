@@ -38,12 +38,17 @@ def mean_loss(model: Callable[..., Any], batches: Sequence[tuple[torch.Tensor, t
     return sum(float(model(x.to(device), y.to(device))[1]) for x, y in batches) / len(batches)
 
 
+def prefill_ids(timing: dict[str, Any], vocab_size: int) -> torch.Tensor:
+    """The timed prefill's input: seeded token ids of the timing's (batch_size, seq_len)."""
+    generator = torch.Generator().manual_seed(0)
+    return torch.randint(vocab_size, (timing["batch_size"], timing["seq_len"]),
+                         generator=generator)
+
+
 def prefill_call(model: nn.Module, timing: dict[str, Any], vocab_size: int,
                  device: torch.device) -> Callable[[], torch.Tensor]:
-    """One prefill of seeded token ids of the timing's (batch_size, seq_len), no autograd."""
-    generator = torch.Generator().manual_seed(0)
-    shape = (timing["batch_size"], timing["seq_len"])
-    x = torch.randint(vocab_size, shape, generator=generator).to(device)
+    """One prefill of :func:`prefill_ids`, no autograd."""
+    x = prefill_ids(timing, vocab_size).to(device)
 
     def call() -> torch.Tensor:
         with torch.inference_mode():

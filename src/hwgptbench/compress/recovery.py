@@ -16,14 +16,20 @@ and so the matched size, is the same after training.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 
 import torch
 from tqdm import tqdm
 
 from ..model import GPT
-from ..supernet.train import TrainConfig, WindowSampler, build_optimizer, lr_factor, step_rng
+from ..supernet.train import (
+    TrainConfig,
+    WindowSampler,
+    build_optimizer,
+    lr_factor,
+    step_rng,
+    training_autocast,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +44,7 @@ def recover(model: GPT, cfg: TrainConfig, sampler: WindowSampler, device: torch.
     parameters = dict(model.named_parameters())
     optimizer = build_optimizer(model, cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, cfg))
-    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
-                else contextlib.nullcontext())
+    autocast = training_autocast(device)
     losses = []
     for step in tqdm(range(cfg.steps), desc="recovery fine-tune", unit="step", mininterval=2.0):
         x, y = (t.to(device) for t in sampler.sample(step_rng(cfg.seed, step, 0),

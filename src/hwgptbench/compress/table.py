@@ -135,30 +135,28 @@ def baselines(source: GPT, matched: Sequence[tuple[str, int]],
     out."""
     influence = block_influence(source, calibration)
     norms = input_norms(source, calibration)
-    built: list[tuple[str, str, str, str, GPT]] = []  # label, arch id, kind, matched, model
+    entries = []
     for label, params in matched:
         try:
             width, arch = uniform_width(source, params)
-            built.append((f"uniform width at {label}", arch.id, "uniform_width", label, width))
+            entries.append(Entry(f"uniform width at {label} [{finetune}]", arch.id,
+                                 "uniform_width", finetune, label, width))
         except ValueError as err:
             log.info("no uniform width baseline at %s: %s", label, err)
         try:
             shallow, kept = depth_prune(source, params, influence)
-            built.append((f"depth at {label}", f"layers {','.join(map(str, kept))}", "depth",
-                          label, shallow))
+            entries.append(Entry(f"depth at {label} [{finetune}]",
+                                 f"layers {','.join(map(str, kept))}", "depth", finetune, label,
+                                 shallow))
         except ValueError as err:
             log.info("no depth baseline at %s: %s", label, err)
         sparse, _ = wanda(source, norms, params)
-        built.append((f"wanda at {label}", f"{source.config.arch.id} sparse", "wanda", label,
-                      sparse))
-    entries = []
-    for label, arch_id, kind, matched_to, model in built:
-        if recover is not None:
-            log.info("recovery fine-tune of %s", label)
-            model = recover(model, kind == "wanda")
-        entries.append(Entry(f"{label} [{finetune}]", arch_id, kind, finetune, matched_to,
-                             model))
-    return entries
+        entries.append(Entry(f"wanda at {label} [{finetune}]", f"{source.config.arch.id} sparse",
+                             "wanda", finetune, label, sparse))
+    if recover is None:
+        return entries
+    return [entry._replace(model=recover(cast(GPT, entry.model), entry.baseline == "wanda"))
+            for entry in entries]
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ from .check import Logits
 FILE = "model.onnx"
 INPUT, OUTPUT = "input_ids", "logits"
 INSTALL_HINT = "pip install 'hwgptbench[export]'"
-TIMING_KEYS = ("warmup", "min_repeats", "max_repeats", "target_rel_ci", "max_seconds")
 
 
 def unavailable_reason() -> str | None:
@@ -104,6 +103,7 @@ def latency(model: GPT, folder: Path, ids: Tensor, timing: dict[str, Any],
     the CPU, ``threads`` intra-op threads for both, default each library's choice), timed
     interleaved (:func:`~hwgptbench.measure.latency.measure_latency_interleaved`, ``timing``:
     its warmup, min_repeats, max_repeats, target_rel_ci, max_seconds), and their ratio."""
+    from ..compress.evaluate import TIMING_KEYS
     from ..measure.latency import measure_latency_interleaved
 
     if any(p.device.type != "cpu" for p in model.parameters()):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,34 +125,47 @@ def export_arch(model: GPT, out_dir: str | Path, formats: Sequence[str] | None =
     return result
 
 
-def load_source(checkpoint_path: str | Path, arch_id: str) -> tuple[GPT, dict[str, Any]]:
-    """The fixed GPT of arch_id (CPU, fp32, eval mode) from a supernet file (its sub-network)
-    or a dense model file (arch_id must be its own), and the file's info for the manifest:
-    ``checkpoint``, ``checkpoint_sha256``, ``kind`` (supernet | dense), ``space``."""
+def open_source(checkpoint_path: str | Path) -> tuple[Callable[[str], GPT], dict[str, Any]]:
+    """A supernet file (any of its sub-networks) or a dense model file (its own arch only),
+    read once: the function from an arch id to its fixed GPT (CPU, fp32, eval mode), and the
+    file's info for the manifest: ``checkpoint``, ``checkpoint_sha256``, ``kind`` (supernet |
+    dense), ``space``."""
     from ..compress.dense import FORMAT as DENSE_FORMAT
     from ..compress.dense import load_dense
     from ..supernet.train import FORMAT as SUPERNET_FORMAT
     from ..supernet.train import load_supernet
 
     path = Path(checkpoint_path)
-    arch = Arch.from_id(arch_id)
     header = load_torch(path, "pass a supernet file or the compression's dense.pt", mmap=True)
     kind = header.get("format") if isinstance(header, dict) else None
     del header
     info: dict[str, Any]
     if kind == SUPERNET_FORMAT:
         supernet, space = load_supernet(path)
-        model, info = supernet.extract(arch), {"kind": "supernet", "space": space.name}
+        info = {"kind": "supernet", "space": space.name}
+
+        def model(arch_id: str) -> GPT:
+            return supernet.extract(Arch.from_id(arch_id)).float().eval()
     elif kind == DENSE_FORMAT:
-        model, info = load_dense(path), {"kind": "dense", "space": None}
-        if model.config.arch != arch:
-            raise UserError(f"{path} is the dense model of arch {model.config.arch.id}, not "
-                            f"{arch_id}: pass its own id, or a supernet file for a sub-network")
+        dense = load_dense(path).float().eval()
+        info = {"kind": "dense", "space": None}
+
+        def model(arch_id: str) -> GPT:
+            if dense.config.arch != Arch.from_id(arch_id):
+                raise UserError(f"{path} is the dense model of arch {dense.config.arch.id}, not "
+                                f"{arch_id}: pass its own id, or a supernet file for a "
+                                "sub-network")
+            return dense
     else:
         raise UserError(f"{path} is neither a supernet file ({SUPERNET_FORMAT}) nor a dense "
                         f"model file ({DENSE_FORMAT}) but format {kind!r}")
-    return model.float().eval(), {"checkpoint": str(path),
-                                  "checkpoint_sha256": sha256_file(path), **info}
+    return model, {"checkpoint": str(path), "checkpoint_sha256": sha256_file(path), **info}
+
+
+def load_source(checkpoint_path: str | Path, arch_id: str) -> tuple[GPT, dict[str, Any]]:
+    """The fixed GPT of arch_id and the file's info (:func:`open_source`)."""
+    model, info = open_source(checkpoint_path)
+    return model(arch_id), info
 
 
 def load_exported(folder: str | Path, fmt: str) -> Logits:

@@ -151,6 +151,13 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine
 
 
+def training_autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """The trainer's mixed precision: bf16 autocast on CUDA, none on the CPU."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices only (not on biases and norm gains)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -334,8 +341,7 @@ def train(cfg: TrainConfig, space: SearchSpace, shards: TokenShards, out_dir: st
             model, device_ids=[device.index] if device.type == "cuda" else None)
     wrapped: torch.nn.Module = model if ddp is None else ddp
     sampler = WindowSampler(shards.split("train"), space.block_size)
-    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
-                else contextlib.nullcontext())
+    autocast = training_autocast(device)
     end = cfg.steps if stop_after is None else min(cfg.steps, start + stop_after)
     model.train()
     for step in tqdm(range(start, end), initial=start, total=cfg.steps, desc="supernet",
