@@ -1,13 +1,18 @@
-"""Shared fixtures: the repository root, a scratch copy of the project as a git repo, and a
+"""Shared fixtures: the repository root, a scratch copy of the project as a git repo, a
 subprocess runner whose PATH has this interpreter's console scripts (hwgptbench, snakemake,
-dvc)."""
+dvc), and local servers (a moto S3 server) for the remote tests."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +45,12 @@ def tool_env() -> dict[str, str]:
     return env
 
 
-def run(args: list[str], cwd: Path, check: bool = True, timeout: int = 600
-        ) -> subprocess.CompletedProcess[str]:
-    """Run a command; on an unexpected exit show its output in the assertion."""
-    result = subprocess.run(args, cwd=cwd, env=tool_env(), text=True, capture_output=True,
-                            timeout=timeout)
+def run(args: list[str], cwd: Path, check: bool = True, timeout: int = 600,
+        env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a command (in ``env``, default :func:`tool_env`); on an unexpected exit show its
+    output in the assertion."""
+    result = subprocess.run(args, cwd=cwd, env=dict(env) if env is not None else tool_env(),
+                            text=True, capture_output=True, timeout=timeout)
     if check and result.returncode != 0:
         raise AssertionError(f"{' '.join(args)} exited {result.returncode}\n"
                              f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}")
@@ -60,13 +66,16 @@ def project_files() -> list[str]:
 
 def make_project(tmp: Path) -> Path:
     """A copy of the project at ``tmp/project``, as a fresh git repository with one commit,
-    whose DVC remote is the scratch folder ``tmp/remote``."""
+    whose default DVC remote is ``local``, pointed at the scratch folder ``tmp/remote``. (The
+    project's own ``.dvc/config`` makes no remote the default; a team on a shared disk commits
+    ``dvc remote default local``, as this copy does, and clones of the copy inherit it.)"""
     dest = tmp / "project"
     for name in project_files():
         target = dest / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO_ROOT / name, target, follow_symlinks=False)
     run(["git", "init", "-q", "-b", "main"], dest)
+    run(["dvc", "remote", "default", "local"], dest)
     run(["git", "add", "-A"], dest)
     run(["git", "commit", "-qm", "scratch copy"], dest)
     run(["dvc", "remote", "modify", "--local", "local", "url", str(tmp / "remote")], dest)
@@ -111,10 +120,82 @@ def shakespeare(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def published_s(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A results folder holding the surrogates of the shipped s tables (fitted once per
+    session, as a fresh clone's first query fits them)."""
+    from hwgptbench.api import Benchmark
+
+    results = tmp_path_factory.mktemp("results")
+    Benchmark.from_published("s", results)
+    return results
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A scratch copy of the project (see :func:`make_project`)."""
     return make_project(tmp_path)
+
+
+# Dummy AWS credentials for the local S3 server: moto accepts any; they live only in the
+# environment of the tests that use it, never in a config.
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "hwgptbench-test-key",
+               "AWS_SECRET_ACCESS_KEY": "hwgptbench-test-secret",
+               "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serving(args: list[str], url: str, log: Path, timeout: float = 30) -> Iterator[str]:
+    """Run the server command ``args`` until the context ends; enter once ``url`` answers."""
+    with log.open("w") as sink:
+        server = subprocess.Popen(args, stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{args[0]} did not answer on {url}:\n{log.read_text()}")
+                try:
+                    urllib.request.urlopen(url, timeout=1).close()
+                    break
+                except OSError:
+                    time.sleep(0.2)
+            yield url
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
+def local_no_proxy(env: pytest.MonkeyPatch) -> None:
+    """Let requests to 127.0.0.1 bypass any proxy of the environment."""
+    env.setenv("NO_PROXY", ",".join(filter(None, ["127.0.0.1", os.environ.get("NO_PROXY")])))
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A moto S3 server on a free local port (one per test module), with :data:`CREDENTIALS`
+    in the environment."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in CREDENTIALS.items():
+            env.setenv(name, value)
+        env.delenv("AWS_PROFILE", raising=False)
+        env.delenv("AWS_SESSION_TOKEN", raising=False)
+        local_no_proxy(env)
+        with serving([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                     f"http://127.0.0.1:{port}", log) as endpoint:
+            yield endpoint
 
 
 # Modules that take minutes: collected first, so that under `make test` (pytest-xdist,

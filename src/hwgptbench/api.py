@@ -17,7 +17,14 @@ dtype and launch mode, e.g. ``b1-t128-fp32-eager``); where neither decides, the 
 likeliest conditions first.
 
 One surrogate call per metric for the whole batch of archs; ``mode="measured"`` returns the
-measured values where an arch was measured and null elsewhere. ``fidelity=N`` asks for
+measured values where an arch was measured and null elsewhere, ``mode="auto"`` the measured
+value where there is one and the surrogate's elsewhere. ``params`` and ``flops`` are computed
+exactly for any arch (:data:`COMPUTED`), never predicted.
+
+Without surrogates of its own under ``results/{scale}/surrogates`` (no ``make run``), a scale
+whose tables ship with the package (``hwgptbench.published``: HW-GPT-Bench's ``s``, ``m``,
+``l`` perplexities, measured device tables) is answered from them: their surrogates are fitted
+on first use and cached under ``results/published/``. ``fidelity=N`` asks for
 perplexity as if the supernet had been trained for N steps (``bench.fidelities``), the cheap
 low fidelities of multi-fidelity search.
 """
@@ -34,7 +41,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from . import layout
+from . import layout, published
 from .errors import UserError
 from .measure.condition import (
     CONDITION_KEYS,
@@ -46,11 +53,17 @@ from .measure.condition import (
 from .schema import ANY
 from .space import Arch, SearchSpace
 from .surrogate import Surrogate
-from .surrogate.features import features_of_encoded
+from .surrogate.features import analytic_counts, features_of_encoded
 from .surrogate.store import METADATA, load_surrogate
 
 PERPLEXITY = "perplexity"
-MODES = ("surrogate", "measured")
+# metrics of the arch alone, from the perplexity table: no device, no condition
+DEVICE_FREE = (PERPLEXITY, "accuracy")
+# metrics computed exactly from the arch: parameters, and FLOPs of one forward
+COMPUTED = ("params", "flops")
+MODES = ("surrogate", "measured", "auto")
+# where Benchmark.load reads: the run's results, the shipped tables, or the first that exists
+SOURCES = ("auto", "results", "published")
 # the family of the surrogates of devices adapted from a few measured archs (`hwgptbench adapt`,
 # stored with those archs' measurements under layout.adapted(scale)/{device}/)
 ADAPTED = "adapted"
@@ -84,8 +97,8 @@ def closest_conditions(conditions: Sequence[str], default: str | None) -> list[s
 
 def _selected(folder: Path) -> pl.DataFrame:
     """(metric, device, condition, family) of the families selected by the quality tables
-    beside the surrogates (perplexity/ and each devices/{device}/)."""
-    paths = [folder / "perplexity" / "quality.parquet",
+    beside the surrogates (perplexity/, accuracy/ and each devices/{device}/)."""
+    paths = [*(folder / metric / "quality.parquet" for metric in DEVICE_FREE),
              *sorted(folder.glob("devices/*/quality.parquet"))]
     tables = [pl.read_parquet(p) for p in paths if p.exists()]
     if not tables or any("selected" not in t.columns for t in tables):
@@ -119,7 +132,7 @@ class Benchmark:
 
     @classmethod
     def load(cls, scale: str = "tiny", results_dir: str | os.PathLike[str] = "results",
-             family: str = BEST) -> Benchmark:
+             family: str = BEST, source: str = "auto") -> Benchmark:
         """The benchmark of ``scale`` from ``results_dir`` (surrogates, measurements, perplexity).
 
         ``family`` ``best`` queries each (metric, device, condition) with the family its quality
@@ -130,12 +143,53 @@ class Benchmark:
 
         Devices adapted with `hwgptbench adapt` (``{scale}/adapted/``) are queried through their
         adapted surrogate wherever ``family`` has no surrogate of their (metric, condition).
+
+        ``source`` ``results`` reads the run's results only, ``published`` the tables shipped
+        with the package (:meth:`from_published`), ``auto`` the results where the scale has
+        surrogates there and the shipped tables otherwise.
         """
+        _choose("source", source, SOURCES)
         top = str(results_dir)
         surrogates = Path(layout.surrogates(scale, top))
+        own = next(surrogates.glob(f"**/{METADATA}"), None) is not None
+        if source == "published" or (source == "auto" and not own
+                                     and scale in published.scales()):
+            return cls.from_published(scale, top, family)
         adapted_dir = Path(layout.adapted(scale, top))
+        measured = [pl.read_parquet(p) for p in [
+            Path(layout.measurements(scale, top)),
+            *sorted(Path(layout.runtime_tables(scale, top)).glob("*.parquet")),
+            *sorted(adapted_dir.glob("*/*.parquet"))] if p.exists()]
+        perplexity = Path(layout.perplexity(scale, top))
+        return cls._assemble(
+            scale, surrogates, adapted_dir, family,
+            pl.concat(measured, how="diagonal_relaxed") if measured else None,
+            pl.read_parquet(perplexity) if perplexity.exists() else None,
+            measured_default(Path(layout.params_sections(top)) / "measure.json"))
+
+    @classmethod
+    def from_published(cls, scale: str, results_dir: str | os.PathLike[str] = "results",
+                  family: str = BEST) -> Benchmark:
+        """The benchmark of the tables shipped with the package (``hwgptbench.published``):
+        their surrogates are fitted on the first call and cached under
+        ``{results_dir}/published/`` (seconds to a minute), read by later calls."""
+        from .published.surrogates import ensure_surrogates
+
+        folder = ensure_surrogates(scale, results_dir)
+        tables = list(published.device_tables(scale).values())
+        return cls._assemble(scale, folder, None, family,
+                             pl.concat(tables, how="diagonal_relaxed") if tables else None,
+                             published.perplexity_table(scale), None)
+
+    @classmethod
+    def _assemble(cls, scale: str, surrogates: Path, adapted_dir: Path | None, family: str,
+                  measurements: pl.DataFrame | None, perplexities: pl.DataFrame | None,
+                  default_condition: str | None) -> Benchmark:
+        """The benchmark of the surrogates under ``surrogates`` (and adapted devices under
+        ``adapted_dir``) with the tables their queries in measured mode read."""
         rows = []
-        paths = [*surrogates.glob(f"**/{METADATA}"), *adapted_dir.glob(f"**/{METADATA}")]
+        paths = [*surrogates.glob(f"**/{METADATA}"),
+                 *(adapted_dir.glob(f"**/{METADATA}") if adapted_dir else [])]
         for path in sorted(paths):
             meta = json.loads(path.read_text())
             rows.append({"metric": meta["metric"], "device": meta["device"],
@@ -147,7 +201,8 @@ class Benchmark:
         if not rows:
             raise FileNotFoundError(
                 f"no surrogates under {surrogates}; build them with `make run` "
-                "(or `snakemake`), or fetch them with `make pull`")
+                "(or `snakemake`), or fetch them with `make pull`; the tables shipped with the "
+                f"package cover the scales {', '.join(published.scales()) or 'none'}")
         index = pl.DataFrame(rows)
         spaces = index.group_by("space_name", "space", maintain_order=True).agg(
             pl.col("folder").first())
@@ -170,16 +225,9 @@ class Benchmark:
             chosen = index.filter(pl.col("family") == family)
         adapted = index.filter(pl.col("family") == ADAPTED).join(
             chosen, on=["metric", "device", "condition"], how="anti")
-        measured = [pl.read_parquet(p) for p in [
-            Path(layout.measurements(scale, top)),
-            *sorted(Path(layout.runtime_tables(scale, top)).glob("*.parquet")),
-            *sorted(adapted_dir.glob("*/*.parquet"))] if p.exists()]
-        perplexity = Path(layout.perplexity(scale, top))
         return cls(scale, space, pl.concat([chosen, adapted]).drop("space"), family,
-                   with_condition_columns(pl.concat(measured, how="diagonal_relaxed"))
-                   if measured else None,
-                   pl.read_parquet(perplexity) if perplexity.exists() else None,
-                   measured_default(Path(layout.params_sections(top)) / "measure.json"))
+                   with_condition_columns(measurements) if measurements is not None else None,
+                   perplexities, default_condition)
 
     @property
     def selection(self) -> pl.DataFrame:
@@ -196,6 +244,10 @@ class Benchmark:
     def devices(self) -> list[str]:
         """Device labels with surrogates."""
         return sorted(set(self.index["device"]) - {ANY})
+
+    def devices_of(self, metric: str) -> list[str]:
+        """Device labels with a surrogate of ``metric``."""
+        return sorted(set(self.index.filter(pl.col("metric") == metric)["device"]) - {ANY})
 
     @property
     def metrics(self) -> list[str]:
@@ -222,10 +274,10 @@ class Benchmark:
                fidelity: int | None) -> dict[str, Any]:
         if isinstance(condition, Mapping):
             named = (self._condition_matching(condition, device, metric)
-                     if metric != PERPLEXITY else None)
+                     if metric not in DEVICE_FREE else None)
         else:
             named = condition
-        key = (metric, device, named, fidelity if metric == PERPLEXITY else None)
+        key = (metric, device, named, fidelity if metric in DEVICE_FREE else None)
         if key not in self._entries:
             self._entries[key] = self._find_entry(*key)
         return self._entries[key]
@@ -243,8 +295,8 @@ class Benchmark:
 
     def _find_entry(self, metric: str, device: str | None, condition: str | None,
                     fidelity: int | None) -> dict[str, Any]:
-        _choose("metric", metric, self.metrics)
-        if metric == PERPLEXITY:
+        _choose("metric", metric, [*self.metrics, *COMPUTED])
+        if metric in DEVICE_FREE:
             rows = self.index.filter(pl.col("metric") == metric)
             return rows.filter(pl.col("condition") == ANY if fidelity is None
                                else pl.col("train_steps") == fidelity).row(0, named=True)
@@ -289,11 +341,27 @@ class Benchmark:
             self._models[folder] = load_surrogate(folder, self.space)[0]
         return self._models[folder]
 
+    @property
+    def vocab_size(self) -> int:
+        """Vocabulary size of the networks (their parameter counts and FLOPs)."""
+        rows = self.index.sort(pl.col("metric").is_in(DEVICE_FREE), descending=True)
+        return int(rows["vocab_size"][0])
+
+    def _computed(self, metric: str, encoded: np.ndarray,
+                  condition: str | Mapping[str, Any] | None) -> np.ndarray:
+        """Exact parameter counts or forward FLOPs of encoded archs (shape from condition)."""
+        fields = (Condition.from_id(condition).as_dict() if isinstance(condition, str)
+                  else dict(condition or {}))
+        n_params, flops = analytic_counts(
+            self.space, np.asarray(encoded, dtype=np.float32), self.vocab_size,
+            fields.get("batch_size", 1), fields.get("seq_len", self.space.block_size))
+        return n_params if metric == "params" else flops
+
     def _measured(self, metric: str, entry: dict[str, Any], ids: list[str]) -> pl.Series:
-        source = self.perplexities if metric == PERPLEXITY else self.measurements
-        if source is None:
+        source = self.perplexities if metric in DEVICE_FREE else self.measurements
+        if source is None or metric not in source.columns:
             return pl.Series(metric, [None] * len(ids), dtype=pl.Float64)
-        if metric == PERPLEXITY:
+        if metric in DEVICE_FREE:
             source = source.filter(pl.col("train_steps") == entry["train_steps"])
         else:
             matches = Condition.from_id(entry["condition"]).as_dict()
@@ -312,6 +380,10 @@ class Benchmark:
         ``fidelity``: perplexity of the supernet after that many training steps, one of
         :attr:`fidelities` (None: fully trained). Hardware metrics do not depend on it: they
         are properties of the arch, whatever its weights.
+
+        ``params`` and ``flops`` (:data:`COMPUTED`) are exact in every mode: the parameters of
+        the sub-network, and the FLOPs of one forward at the batch size and sequence length of
+        ``condition`` (batch 1 and the space's block size where it names none).
         """
         _choose("mode", mode, MODES)
         if fidelity is not None and fidelity not in self.fidelities:
@@ -332,6 +404,11 @@ class Benchmark:
         encoded: np.ndarray | None = None  # one encoding, features per feature key
         features: dict[tuple[int, int, int], np.ndarray] = {}
         for metric in metrics:
+            if metric in COMPUTED:
+                if encoded is None:
+                    encoded = self.space.encode(distinct)
+                columns[metric] = self._computed(metric, encoded, condition)[inverse]
+                continue
             entry = self._entry(metric, device, condition, fidelity)
             if mode == "measured":
                 columns[metric] = self._measured(metric, entry, ids)
@@ -343,6 +420,9 @@ class Benchmark:
                 features[key] = features_of_encoded(self.space, encoded, *key)
             model = self._model(entry["folder"])
             columns[metric] = model.predict(features[key])[inverse]
+            if mode == "auto":
+                known = self._measured(metric, entry, ids).to_numpy()
+                columns[metric] = np.where(np.isnan(known), columns[metric], known)
             if return_interval:
                 low, high = model.predict_interval(features[key])
                 columns[f"{metric}_lo"], columns[f"{metric}_hi"] = low[inverse], high[inverse]

@@ -25,6 +25,7 @@ from .hwgpt_import import commands as hwgpt_import_commands
 from .measure import commands as measure_commands
 from .options import Add, params_arg
 from .perplexity import commands as perplexity_commands
+from .published import commands as published_commands
 from .runtime import commands as runtime_commands
 from .search import commands as search_commands
 from .supernet import commands as supernet_commands
@@ -37,7 +38,7 @@ REGISTRIES: tuple[Callable[[Add], None], ...] = (
     hwgpt_import_commands.register, measure_commands.register, runtime_commands.register,
     surrogate_commands.register, transfer_commands.register, search_commands.register,
     figures_commands.register, compress_commands.register, export_commands.register,
-    commands.register)
+    published_commands.register, commands.register)
 
 
 def cmd_validate(args: argparse.Namespace) -> None:

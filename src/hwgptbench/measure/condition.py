@@ -23,11 +23,11 @@ import re
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from .device import DTYPES
 
 if TYPE_CHECKING:
     import polars as pl
 
+DTYPE_NAMES = ("fp32", "bf16", "fp16")  # measure.device.DTYPES maps them to torch dtypes
 LAUNCHES = ("eager", "cuda_graph")
 WORKLOADS = ("prefill", "decode", "train_step")
 ATTENTIONS = ("default", "math", "flash", "efficient", "cudnn")
@@ -65,7 +65,7 @@ class Condition:
     def __post_init__(self) -> None:
         _positive_int("batch_size", self.batch_size)
         _positive_int("seq_len", self.seq_len)
-        _one_of("dtype", self.dtype, tuple(DTYPES))
+        _one_of("dtype", self.dtype, DTYPE_NAMES)
         _one_of("launch", self.launch, LAUNCHES)
         _one_of("workload", self.workload, WORKLOADS)
         _one_of("attention", self.attention, ATTENTIONS)

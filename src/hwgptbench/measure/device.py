@@ -22,11 +22,12 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UserError
+from .condition import DTYPE_NAMES
 
 log = logging.getLogger(__name__)
 
 GB = 2**30
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = dict(zip(DTYPE_NAMES, (torch.float32, torch.bfloat16, torch.float16), strict=True))
 
 _SLUG = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _NAME_NOISE = re.compile(r"\((?:r|tm|c)\)|@.*$|\b\d+-core\b|\bprocessor\b|\bcpu\b")

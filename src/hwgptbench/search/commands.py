@@ -29,7 +29,7 @@ def _search_problem(args: argparse.Namespace) -> tuple[dict, Problem]:
     if args.objectives not in config["objective_sets"]:
         raise params.ParamsError(f"--objectives {args.objectives!r} is not a key of "
                                  f"search.objective_sets ({', '.join(config['objective_sets'])})")
-    bench = Benchmark.load(args.scale, args.results, family=family)
+    bench = Benchmark.load(args.scale, args.results, family=family, source="results")
     return config, make_problem(bench, config["objective_sets"][args.objectives], args.device,
                                 config["condition"])
 

@@ -231,10 +231,12 @@ def _metadata(space: SearchSpace, metric: str, device: str, condition: str,
 
 
 def fit_perplexity(section: dict[str, Any], space: SearchSpace, vocab_size: int,
-                   table: pl.DataFrame, out_dir: str | os.PathLike[str]) -> pl.DataFrame:
-    """Surrogates of perplexity from the perplexity table, one per training-step fidelity;
-    written to ``out_dir``: the largest ``train_steps`` (the fully trained supernet) with
-    condition ``any`` in ``{family}/``, each lower one in ``steps-{N}/{family}/``."""
+                   table: pl.DataFrame, out_dir: str | os.PathLike[str],
+                   metric: str = "perplexity") -> pl.DataFrame:
+    """Surrogates of perplexity (or another device-independent ``metric`` column of the
+    perplexity table, e.g. accuracy) from the perplexity table, one per training-step
+    fidelity; written to ``out_dir``: the largest ``train_steps`` (the fully trained supernet)
+    with condition ``any`` in ``{family}/``, each lower one in ``steps-{N}/{family}/``."""
     fidelities = sorted(table["train_steps"].unique(), reverse=True)
     targets: list[_Target | list[dict[str, Any]]] = []
     with atomic_dir(out_dir) as staging:
@@ -243,10 +245,10 @@ def fit_perplexity(section: dict[str, Any], space: SearchSpace, vocab_size: int,
             group = table.filter(pl.col("train_steps") == steps)
             condition = ANY if final else fidelity_condition(steps)
             X = feature_matrix(space, read_archs_from(group), vocab_size, 1, space.block_size)
-            metadata = {**_metadata(space, "perplexity", ANY, condition, {}, vocab_size, 1,
+            metadata = {**_metadata(space, metric, ANY, condition, {}, vocab_size, 1,
                                     space.block_size), "train_steps": steps}
             folder = staging if final else staging / condition
-            targets.append(_target(section, X, group["perplexity"].to_numpy(), folder,
+            targets.append(_target(section, X, group[metric].to_numpy(), folder,
                                    metadata, group["arch_id"].to_list()))
         return _fit_targets(section, targets, staging)
 

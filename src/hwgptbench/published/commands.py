@@ -1,0 +1,42 @@
+"""The ``hwgptbench ship-tables`` subcommand: put tables into the package's shipped set."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from ..options import Add, load, space_of
+
+log = logging.getLogger(__name__)
+
+
+def cmd_ship(args: argparse.Namespace) -> None:
+    """Ship a scale's perplexity table and device tables with the package
+    (src/hwgptbench/published/), checksummed in its manifest."""
+    from . import FOLDER, ship
+
+    config = load(args, ["spaces", "perplexity"])
+    vocab = args.vocab_size or config["perplexity"]["hwgptbench"]["vocab_size"]
+    record = ship(args.scale, space_of(config, args.scale), vocab, args.perplexity,
+                  args.device or [], args.folder or FOLDER, args.replace_devices)
+    devices = ", ".join(f"{k} ({v['rows']} rows)" for k, v in record["devices"].items())
+    log.info("shipped %s: perplexity %d rows; devices: %s", args.scale,
+             record["perplexity"]["rows"], devices or "none")
+
+
+def register(add: Add) -> None:
+    """Add the subcommand through the CLI's ``add``."""
+    command = add("ship-tables", cmd_ship)
+    command.add_argument("--scale", required=True, help="search space of the tables")
+    command.add_argument("--perplexity", help="perplexity table to ship, as hwgptbench "
+                                              "import-perplexity writes it (default: keep "
+                                              "the shipped one)")
+    command.add_argument("--device", action="append", help="device table to ship, as the "
+                                                           "measure stage writes it "
+                                                           "(results/{scale}/measure/{label}"
+                                                           ".parquet); repeatable")
+    command.add_argument("--replace-devices", action="store_true",
+                         help="drop the shipped devices not given with --device")
+    command.add_argument("--vocab-size", type=int, help="vocabulary of the networks (default: "
+                                                        "perplexity.hwgptbench.vocab_size)")
+    command.add_argument("--folder", help="the shipped tables' folder (default: the package's)")

@@ -1,0 +1,213 @@
+"""The tables shipped with the package: provenance, checksums, the importer reproduces them,
+and a fresh results folder queries them (surrogates fitted on first use, then cached)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from hwgptbench import published
+from hwgptbench.api import Benchmark, QueryError
+from hwgptbench.hwgpt_import.convert import convert, locate
+from hwgptbench.hwgpt_import.source import FILES, REV
+from hwgptbench.published.surrogates import cache_dir
+from hwgptbench.space import Arch, SearchSpace
+
+SOURCE = f"github.com/automl/HW-GPT-Bench@{REV}"
+ROWS = {"s": 10_000, "m": 5_245, "l": 429}
+
+
+def test_manifest_names_every_table_with_its_provenance() -> None:
+    """s, m and l are shipped whole, each row naming the repository and commit it came from;
+    the NOTICE names HW-GPT-Bench's license; all of it stays small."""
+    assert published.scales() == ["l", "m", "s"]
+    for scale, rows in ROWS.items():
+        table = published.perplexity_table(scale)
+        assert table.height == rows == table["arch_id"].n_unique()
+        assert table["source"].unique().to_list() == [SOURCE]
+        assert published.entry(scale)["perplexity"]["source"] == SOURCE
+    notice = (published.FOLDER / "NOTICE").read_text()
+    assert "Apache License" in notice and "HW-GPT-Bench" in notice
+    files = [p for p in published.FOLDER.rglob("*") if p.is_file() and p.suffix != ".py"
+             and "__pycache__" not in p.parts]
+    assert sum(p.stat().st_size for p in files) < 10 * 2**20
+
+
+def test_shipped_device_tables_are_measure_stage_tables() -> None:
+    """Each shipped device table holds one device's ok rows of the measure stage, with the
+    columns that make datasets of many machines merge."""
+    assert published.device_tables("s")
+    for scale in published.scales():
+        for label, table in published.device_tables(scale).items():
+            assert table["device"].unique().to_list() == [label]
+            assert {"latency_ms", "memory_peak_mb", "energy_mj", "energy_reason", "threads",
+                    "torch_version"} <= set(table.columns)
+            ok = table.filter(pl.col("status") == "ok")
+            assert ok.height >= 100 and ok["latency_ms"].min() > 0
+            assert set(ok["arch_id"]) <= set(published.perplexity_table(scale)["arch_id"])
+
+
+def _pad(values: tuple[Any, ...], depth: int) -> list[Any]:
+    return [*values, *[values[-1]] * (depth - len(values))]
+
+
+def _as_published(table: pl.DataFrame, space: SearchSpace) -> list[dict[str, Any]]:
+    """The rows of a perplexity table as HW-GPT-Bench pickled them."""
+    rows = []
+    for arch_id, ppl, accuracy in table.select("arch_id", "perplexity", "accuracy").iter_rows():
+        arch = Arch.from_id(arch_id)
+        rows.append({"perplexity": ppl, "accuracy": accuracy, "arch": {
+            "sample_embed_dim": arch.embed_dim, "sample_n_layer": arch.n_layer,
+            "sample_layer_indices": list(range(arch.n_layer)),
+            "sample_n_head": _pad(arch.n_head, space.max_n_layer),
+            "sample_mlp_ratio": _pad(arch.mlp_ratio, space.max_n_layer),
+            "sample_bias": arch.bias}})
+    return rows
+
+
+@pytest.mark.parametrize("scale", ["s", "m", "l"])
+def test_importer_reproduces_the_shipped_table(scale: str, tmp_path: Path) -> None:
+    """The shipped table, written back as HW-GPT-Bench's files in its repository's layout
+    (s in one file, m and l in tracker files of 1,000 sampled archs), converts to itself."""
+    shipped = published.perplexity_table(scale)
+    space = published.space(scale)
+    rows = _as_published(shipped, space)
+    paths = FILES[scale]
+    per_file = -(-len(rows) // len(paths))
+    for i, path in enumerate(paths):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp_path / path, "wb") as handle:
+            pickle.dump(rows[i * per_file:(i + 1) * per_file], handle)
+    located, source, rev = locate(scale, tmp_path, "https://github.com/automl/HW-GPT-Bench", REV)
+    table, report = convert(space, located, source, rev, vocab_size=published.vocab_size(scale))
+    assert report["outside_space"]["rows"] == 0 and report["duplicates"]["archs"] == 0
+    assert table.equals(shipped)
+
+
+@pytest.mark.skipif(not os.environ.get("HWGPTBENCH_REPO"),
+                    reason="HWGPTBENCH_REPO (a clone of github.com/automl/HW-GPT-Bench) not set")
+def test_shipped_tables_equal_the_published_files(tmp_path: Path) -> None:
+    """With a clone of HW-GPT-Bench at hand, its files at the commit convert to the shipped
+    tables exactly."""
+    repo = os.environ["HWGPTBENCH_REPO"]
+    for scale, paths in FILES.items():
+        for path in paths:
+            (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+            blob = subprocess.run(["git", "--git-dir", repo, "show", f"{REV}:{path}"],
+                                  check=True, capture_output=True).stdout
+            (tmp_path / path).write_bytes(blob)
+        located, source, rev = locate(scale, tmp_path, "https://github.com/automl/HW-GPT-Bench",
+                                      REV)
+        table, _ = convert(published.space(scale), located, source, rev,
+                           vocab_size=published.vocab_size(scale))
+        assert table.equals(published.perplexity_table(scale))
+
+
+def test_edited_table_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "published"
+    shutil.copytree(published.FOLDER, folder)
+    target = folder / published.entry("l", folder)["perplexity"]["file"]
+    target.write_bytes(target.read_bytes()[:-10] + b"0123456789")
+    with pytest.raises(published.PublishedTablesError, match="does not match its manifest"):
+        published.perplexity_table("l", folder)
+    (folder / published.MANIFEST).write_text("{not json")
+    with pytest.raises(published.PublishedTablesError, match="not valid JSON"):
+        published.scales(folder)
+
+
+def test_ship_writes_tables_and_manifest(tmp_path: Path) -> None:
+    """ship() copies a table in, checksums it, keeps what it is not given, and refuses a
+    space other than the shipped one unless every table is shipped anew."""
+    folder = tmp_path / "published"
+    source = tmp_path / "l.parquet"
+    published.perplexity_table("l").head(50).write_parquet(source)
+    space = published.space("l")
+    record = published.ship("l", space, 50304, source, folder=folder)
+    assert record["perplexity"]["rows"] == 50
+    assert published.perplexity_table("l", folder).equals(pl.read_parquet(source))
+    kept = published.ship("l", space, 50304, None, folder=folder)
+    assert kept["perplexity"] == record["perplexity"]
+    other = SearchSpace.from_dict("l", {**space.to_dict(), "n_layer": [34, 35]})
+    with pytest.raises(published.PublishedTablesError, match="ship every table"):
+        published.ship("l", other, 50304, None, folder=folder)
+    two = tmp_path / "two.parquet"
+    pl.DataFrame({"device": ["a", "b"]}).write_parquet(two)
+    with pytest.raises(published.PublishedTablesError, match="one device table per device"):
+        published.ship("l", space, 50304, None, [two], folder=folder)
+
+
+def test_fresh_results_folder_queries_the_shipped_scale(published_s: Path) -> None:
+    """No run, no network: every metric of any s arch; published perplexities come back
+    exactly in auto mode; params and FLOPs are computed, not predicted."""
+    bench = Benchmark.load("s", published_s)
+    shipped = published.perplexity_table("s").head(20)
+    ids = shipped["arch_id"].to_list()
+    device = bench.devices[0]
+    table = bench.query(ids, ["perplexity", "accuracy", "latency_ms", "memory_peak_mb",
+                              "params", "flops"], device=device, return_interval=True)
+    assert table["params"].to_list() == shipped["params"].to_list()
+    space = bench.space
+    from hwgptbench.measure.flops import forward_flops
+    assert table["flops"].to_list() == [
+        forward_flops(Arch.from_id(i), space, 50304, 1, space.block_size) for i in ids]
+    assert (table["perplexity_lo"] <= table["perplexity_hi"]).all()
+    assert ((table["perplexity"] / shipped["perplexity"] - 1).abs() < 0.05).all()
+    exact = bench.query(ids, ["perplexity", "accuracy"], mode="auto")
+    assert exact["perplexity"].to_list() == shipped["perplexity"].to_list()
+    assert exact["accuracy"].to_list() == shipped["accuracy"].to_list()
+    unpublished = [a for a in bench.sample(50, seed=3) if a.id not in set(ids)][:5]
+    assert bench.query(unpublished, "perplexity", mode="auto")["perplexity"].is_not_null().all()
+    with pytest.raises(QueryError, match="unknown metric 'energy'"):
+        bench.query(ids, "energy", device=device)
+
+
+def test_cached_surrogates_are_reused(published_s: Path) -> None:
+    """A second load reads the cache: nothing is fitted again."""
+    folder = cache_dir("s", published_s)
+    before = {p: p.stat().st_mtime_ns for p in folder.rglob("*")}
+    Benchmark.load("s", published_s).query(["e192-l10-h4_4_4_4_4_4_4_4_4_4-"
+                                            "r2_2_2_2_2_2_2_2_2_2-b0"], "perplexity")
+    assert {p: p.stat().st_mtime_ns for p in folder.rglob("*")} == before
+
+
+def test_cli_queries_a_fresh_folder(published_s: Path, tmp_path: Path) -> None:
+    """`hwgptbench query --scale s` from a folder with no results or params.yaml."""
+    arch = published.perplexity_table("s")["arch_id"][0]
+    out = tmp_path / "q.csv"
+    result = subprocess.run(
+        [sys.executable, "-m", "hwgptbench.cli", "query", "--scale", "s", "--results",
+         str(published_s), "--metric", "perplexity", "--metric", "latency_ms", "--metric",
+         "params", "--arch", arch, "--mode", "auto", "--out", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    row = pl.read_csv(out).row(0, named=True)
+    shipped = published.perplexity_table("s").row(0, named=True)
+    assert row["perplexity"] == pytest.approx(shipped["perplexity"], rel=1e-12)
+    assert row["params"] == shipped["params"] and row["latency_ms"] > 0
+    m_arch = published.perplexity_table("m")["arch_id"][0]
+    for metrics, code in ((["perplexity"], 0), (["latency_ms"], 2)):
+        result = subprocess.run(
+            [sys.executable, "-m", "hwgptbench.cli", "query", "--scale", "m", "--results",
+             str(published_s), *[f"--metric={m}" for m in metrics], "--arch", m_arch],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert result.returncode == code, result.stderr
+        assert "Traceback" not in result.stderr
+    assert "unknown metric 'latency_ms'; available: accuracy, perplexity" in result.stderr
+
+
+def test_published_cache_layout_matches_the_stage(published_s: Path) -> None:
+    """The cache holds the surrogate stage's layout, quality tables included."""
+    folder = cache_dir("s", published_s)
+    quality = pl.read_parquet(folder / "perplexity" / "quality.parquet")
+    assert quality.filter(pl.col("selected"))["kendall_tau"][0] > 0.9
+    meta = json.loads((folder / "accuracy" / "lightgbm" / "metadata.json").read_text())
+    assert meta["metric"] == "accuracy" and meta["space_name"] == "s"
