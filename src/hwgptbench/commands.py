@@ -19,7 +19,7 @@ def cmd_query(args: argparse.Namespace) -> None:
     """Predicted (or measured) metrics of archs on a device."""
     from .api import Benchmark, QueryError
 
-    bench = Benchmark.load(args.scale, args.results, family=args.family)
+    bench = Benchmark.load(args.scale, args.results, family=args.family, source=args.source)
     ids = list(args.arch or [])
     if args.archs_file:
         ids += [line.strip() for line in Path(args.archs_file).read_text().splitlines()
@@ -62,7 +62,7 @@ def cmd_pull(args: argparse.Namespace) -> None:
     """Fetch results from the DVC remote; mark those that are current up to date for Snakemake."""
     from .remote import pull
 
-    pull(args.targets, remote=args.remote)
+    pull(args.targets, remote=args.remote, endpoint_url=args.endpoint_url)
 
 
 def cmd_unlock_stale(args: argparse.Namespace) -> None:
@@ -84,7 +84,14 @@ def register(add: Add) -> None:
                                              "the first the measure params define)")
     command.add_argument("--arch", action="append", help="arch id, repeatable")
     command.add_argument("--archs-file", help="file of arch ids, one per line")
-    command.add_argument("--mode", choices=["surrogate", "measured"], default="surrogate")
+    command.add_argument("--mode", choices=["surrogate", "measured", "auto"],
+                         default="surrogate", help="surrogate: predicted; measured: the "
+                         "measured (or published) value, null where none; auto: measured "
+                         "where there is one, else predicted (default: %(default)s)")
+    command.add_argument("--source", choices=["auto", "results", "published"], default="auto",
+                         help="results: the run's results; published: the tables shipped with "
+                              "the package; auto: the results where the scale has surrogates "
+                              "there, else the shipped tables (default: %(default)s)")
     command.add_argument("--interval", action="store_true", help="add the surrogate's interval")
     command.add_argument("--fidelity", type=int, help="perplexity of the supernet after this "
                                                       "many training steps (default: fully "
@@ -101,6 +108,12 @@ def register(add: Add) -> None:
     command.add_argument("--remote", help="DVC remote name (default: the configured default)")
     command = add("pull", cmd_pull, params=False)
     command.add_argument("targets", nargs="*", help="stages to pull (default: all)")
-    command.add_argument("--remote", help="DVC remote name (default: the configured default)")
+    command.add_argument("--remote", help="a configured DVC remote's name, or the URL of a "
+                                          "published one (s3://BUCKET/PATH, https://HOST/PATH), "
+                                          "pulled read-only through .dvc/config.local (default: "
+                                          "the default remote)")
+    command.add_argument("--endpoint-url", help="endpoint of the S3-compatible store of an "
+                                                "s3:// --remote (default: $AWS_ENDPOINT_URL_S3, "
+                                                "$AWS_ENDPOINT_URL)")
     command = add("unlock-stale", cmd_unlock_stale, params=False)
     command.add_argument("--project", default=".", help="project folder (default: .)")

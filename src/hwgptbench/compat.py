@@ -134,12 +134,12 @@ class HWGPT:
         ``random.seed`` makes it repeat); it becomes the current arch."""
         space, rng = self.benchmark.space, random.Random(random.getrandbits(64))
         depth = space.max_n_layer
-        config = {"sample_embed_dim": rng.choice(space.embed_dim),
-                  "sample_n_layer": rng.choice(space.n_layer),
+        embed_dim, n_layer = rng.choice(space.embed_dim), rng.choice(space.n_layer)
+        config = {"sample_embed_dim": embed_dim, "sample_n_layer": n_layer,
+                  "sample_layer_indices": list(range(n_layer)),
                   "sample_n_head": [rng.choice(space.n_head) for _ in range(depth)],
                   "sample_mlp_ratio": [rng.choice(space.mlp_ratio) for _ in range(depth)],
                   "sample_bias": rng.choice(space.bias)}
-        config["sample_layer_indices"] = list(range(config["sample_n_layer"]))
         self.set_arch(config)
         return config
 

@@ -23,7 +23,6 @@ import re
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-
 if TYPE_CHECKING:
     import polars as pl
 

@@ -55,11 +55,11 @@ def ensure_surrogates(scale: str, results: str | os.PathLike[str] = layout.RESUL
                       folder: str | os.PathLike[str] = FOLDER) -> Path:
     """The folder of the scale's surrogates, fitted now if the cache has none (one progress
     bar of the fits; the folder appears whole or not at all)."""
-    from ..surrogate.stage import fit_device, fit_perplexity
-
     out = cache_dir(scale, results, folder)
     if out.exists():
         return out
+    from ..surrogate.stage import fit_device, fit_perplexity  # scipy, sklearn: seconds
+
     started = time.monotonic()
     log.info("first query of the shipped %s tables: fitting their surrogates into %s "
              "(once; later loads read them)", scale, out)
