@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-import lightgbm as lgb
 import numpy as np
 
+from ..lightgbm_core import lgb
 from . import check_features, check_rows, from_target, to_target
 from .quality import fold_indices
 

@@ -6,7 +6,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from . import Surrogate, check_rows
 
@@ -56,6 +55,8 @@ def score(y: np.ndarray, point: np.ndarray, low: np.ndarray, high: np.ndarray
     """R², MAE, Kendall τ, Spearman ρ, the relative errors of :func:`relative_errors` and
     interval coverage of predictions (point, interval ends) of y, with the predictions
     themselves (``predicted``, ``lower``, ``upper``) and the number of ``rows``."""
+    from scipy import stats  # a second to import: not on the query path, which needs none
+
     y = np.asarray(y, dtype=np.float64)
     residual = y - point
     return {

@@ -27,9 +27,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-import lightgbm as lgb
 import numpy as np
 
+from ..lightgbm_core import lgb
 from .sources import train_booster
 
 RIDGE_ALPHAS = (1e-3, 1e-2, 0.1, 1.0, 10.0, 100.0, 1e3)

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-import lightgbm as lgb
 import numpy as np
 from scipy.stats import norm
 
+from ..lightgbm_core import lgb
 from ..space import SearchSpace
 from ..surrogate import check_features, check_rows, to_target
 from .methods import Design, Method, method_from_state

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import lightgbm as lgb
 import numpy as np
 from tqdm import tqdm
 
+from ..lightgbm_core import lgb
 from ..space import SearchSpace
 from ..surrogate.features import features_of_encoded
 from ..surrogate.quality import fold_indices

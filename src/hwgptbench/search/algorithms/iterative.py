@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import lightgbm as lgb
 import numpy as np
 
+from ...lightgbm_core import lgb
 from ...space import Arch, SearchSpace
 from ..evaluator import BudgetExhausted, Evaluator
 from ..genome import Genome
