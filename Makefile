@@ -14,7 +14,9 @@ help:
 	@echo "make run   - install into $(VENV) and run the workflow (dvc repro -> snakemake)"
 	@echo "make test  - install with the test extra, lint (ruff) and run the fast tests"
 	@echo "make quick - the same without the tests that spawn snakemake, dvc or torchrun (e2e)"
-	@echo "make pull  - fetch results from the DVC remote and mark them up to date"
+	@echo "make pull  - fetch results from a DVC remote and mark them up to date: REMOTE=NAME, or"
+	@echo "             REMOTE=URL of a published one, pulled read-only (https://..., s3://...;"
+	@echo "             ENDPOINT=https://... for an S3-compatible store; docs/remotes.md)"
 	@echo "make lock  - re-resolve pyproject.toml's ranges into requirements.lock (the installs' pins)"
 	@echo "make hwgptbench - HW-GPT-Bench's s space: import its perplexities, measure 500 archs"
 	@echo "                  here, surrogates, search, figures (docs/paper_scale.md; resumes)"
@@ -71,8 +73,12 @@ hwgptbench: $(VENV)/.installed
 	snakemake --configfile $(HWGPTBENCH_PARAMS) --report results/report-hwgptbench.html
 	@echo "figures and tables: results/s/figures/, results/s/tables/; report: results/report-hwgptbench.html"
 
+# REMOTE: a configured remote's name, or the URL of a published one, which hwgptbench pull adds
+# to .dvc/config.local (read-only, verify = true); ENDPOINT: an S3-compatible store's endpoint
+REMOTE ?=
+ENDPOINT ?=
 pull: $(VENV)/.installed
-	hwgptbench pull
+	hwgptbench pull $(if $(REMOTE),--remote '$(REMOTE)') $(if $(ENDPOINT),--endpoint-url '$(ENDPOINT)')
 
 # test modules spread over TEST_WORKERS processes (pytest-xdist), one module per process, each
 # on TEST_THREADS threads (two single-threaded workers on two cores: 549 -> 491 s, README)

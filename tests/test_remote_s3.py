@@ -8,12 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import socket
-import subprocess
-import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
@@ -21,24 +15,14 @@ import pytest
 import yaml
 from botocore.client import BaseClient
 
-from conftest import BIN, make_project, run
+from conftest import CREDENTIALS, make_project, run
 
 pytestmark = pytest.mark.e2e  # spawns snakemake or dvc
 
 BUCKET = "hwgptbench-artifacts"
 PREFIX = "dvc"
 REMOTE = "s3"
-# Dummy credentials: moto accepts any; they live only in the environment, never in a config.
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "hwgptbench-test-key",
-               "AWS_SECRET_ACCESS_KEY": "hwgptbench-test-secret",
-               "AWS_DEFAULT_REGION": "us-east-1"}
 DATA_OUT = Path("results") / "data" / "shakespeare"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def md5(path: Path) -> str:
@@ -48,41 +32,6 @@ def md5(path: Path) -> str:
 def object_key(digest: str) -> str:
     """Key of a DVC 3 object in the bucket."""
     return f"{PREFIX}/files/md5/{digest[:2]}/{digest[2:]}"
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A moto S3 server on a free local port, with credentials in the environment."""
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with pytest.MonkeyPatch.context() as env, log.open("w") as sink:
-        for name, value in CREDENTIALS.items():
-            env.setenv(name, value)
-        env.delenv("AWS_PROFILE", raising=False)
-        env.delenv("AWS_SESSION_TOKEN", raising=False)
-        env.setenv("NO_PROXY", ",".join(filter(None, ["127.0.0.1", os.environ.get("NO_PROXY")])))
-        server = subprocess.Popen([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                                  stdout=sink, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto_server did not answer on {endpoint}:\n"
-                                       f"{log.read_text()}")
-                try:
-                    urllib.request.urlopen(endpoint, timeout=1).close()
-                    break
-                except OSError:
-                    time.sleep(0.2)
-            yield endpoint
-        finally:
-            server.terminate()
-            try:
-                server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
 
 
 @pytest.fixture(scope="module")

@@ -8,18 +8,29 @@ everything they are built from, are touched; the stale ones are named.
 
 A device's measurement table is published on its own (``devices/{scale}/{label}.parquet``,
 one DVC pointer file per device), so machines measuring at the same time never conflict.
+
+The committed ``.dvc/config`` names a remote (``local``, a folder beside the clone) but makes
+none the default: a pull names its remote (``--remote``), or a clone sets its own default. A
+published remote is pulled read-only by its URL (``s3://...``, ``http(s)://...``):
+:func:`add_url_remote` writes it to ``.dvc/config.local`` only, with ``verify = true``, and
+never as the default, so no ``dvc push`` goes there. Without any usable remote,
+:class:`NoRemoteError` says what works without one and how to get the rest.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import polars as pl
 import yaml
@@ -36,8 +47,46 @@ log = logging.getLogger(__name__)
 OLDEST = 1
 
 
+# The name under which `hwgptbench pull --remote URL` configures a URL (.dvc/config.local)
+URL_REMOTE = "public"
+# The URL schemes `hwgptbench pull --remote URL` configures: S3 (and S3-compatible) and HTTP
+URL_SCHEMES = ("s3", "http", "https")
+# Where the endpoint of an S3-compatible store is read from when --endpoint-url is not given
+ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+# Environment variables that give the AWS credential chain credentials (then requests are
+# signed; without any, and without a shared credentials file, an s3:// URL is read unsigned)
+CREDENTIAL_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE",
+                        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                        "AWS_CONTAINER_CREDENTIALS_FULL_URI")
+
+# What a clone has without any remote, and how to get the rest: the end of NoRemoteError
+WITHOUT_REMOTE = """\
+Without a remote, the tables that ship with the package (src/hwgptbench/published/:
+HW-GPT-Bench's perplexity tables of the s, m and l spaces, and a measured device table of the
+s space) are queryable right after the install, e.g.
+  hwgptbench query --scale s --metric perplexity --arch ID
+To get the rest (supernets, surrogates, the full result trees):
+  make pull REMOTE=https://HOST/PATH  a published remote, pulled read-only; or s3://BUCKET/PATH
+                                      (ENDPOINT=https://... for an S3-compatible store)
+  make pull REMOTE=NAME               a remote configured above (docs/remotes.md)
+  make run                            compute the tiny default on this machine
+  make hwgptbench                     HW-GPT-Bench's s space: its perplexities, measured here"""
+
+
 class StaleResultsError(UserError, RuntimeError):
     """Pulled results do not match the current params or code."""
+
+
+class RemoteError(UserError, ValueError):
+    """A DVC remote that cannot be used as given: the message names it and the fix."""
+
+
+class NoRemoteError(RemoteError):
+    """No remote to pull from: none given nor the default, or the one named is not there."""
+
+
+class PullFailedError(UserError, RuntimeError):
+    """``dvc pull`` from a remote failed (DVC's own message is printed above it)."""
 
 
 def _tool(name: str) -> str:
@@ -51,6 +100,220 @@ def _run(args: list[str], capture: bool = False) -> str:
     result = subprocess.run(args, check=True, text=True,
                             stdout=subprocess.PIPE if capture else None)
     return result.stdout if capture else ""
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A configured DVC remote: its URL (a local path resolved absolute), the config file that
+    sets it, its other options, and every config file that sets any of them."""
+
+    name: str
+    url: str
+    origin: str
+    options: dict[str, str] = field(default_factory=dict)
+    files: tuple[str, ...] = ()
+
+    @property
+    def verifies(self) -> bool:
+        """Whether DVC hashes every object pulled from it (``verify = true``)."""
+        return self.options.get("verify", "false").lower() == "true"
+
+    @property
+    def local_path(self) -> Path | None:
+        """The folder of a local directory remote; None for a URL."""
+        return None if "://" in self.url else Path(self.url)
+
+
+@dataclass(frozen=True)
+class RemoteSettings:
+    """The remotes DVC sees here (system, global, project and local config merged)."""
+
+    remotes: dict[str, Remote]
+    default: str | None
+
+    def describe(self) -> str:
+        """One line per remote: name, URL, where it is set, and what stops a pull from it."""
+        if not self.remotes:
+            return "  none"
+        lines = []
+        for remote in self.remotes.values():
+            notes = [f"set in {remote.origin}"]
+            if remote.name == self.default:
+                notes.append("the default")
+            if remote.local_path is not None and not remote.local_path.is_dir():
+                notes.append("no such folder on this machine")
+            if not remote.verifies:
+                notes.append("verify is not true")
+            lines.append(f"  {remote.name}: {remote.url} ({', '.join(notes)})")
+        return "\n".join(lines)
+
+
+def parse_config_list(text: str) -> RemoteSettings:
+    """The remotes and the default in the output of ``dvc config --list --show-origin``
+    (``ORIGIN<TAB>KEY=VALUE`` lines, in the order the levels shadow each other)."""
+    urls: dict[str, tuple[str, str]] = {}
+    options: dict[str, dict[str, str]] = {}
+    files: dict[str, dict[str, None]] = {}
+    default: str | None = None
+    for line in text.splitlines():
+        origin, _, setting = line.partition("\t")
+        key, _, value = setting.partition("=")
+        if key == "core.remote":
+            default = value or None
+        elif key.startswith("remote.") and key.count(".") >= 2:
+            name, option = key.removeprefix("remote.").rsplit(".", 1)
+            files.setdefault(name, {})[origin] = None
+            if option == "url":
+                urls[name] = (value, origin)
+            else:
+                options.setdefault(name, {})[option] = value
+    remotes = {name: Remote(name, url, origin, options.get(name, {}), tuple(files[name]))
+               for name, (url, origin) in urls.items()}
+    return RemoteSettings(remotes, default)
+
+
+def configured_remotes() -> RemoteSettings:
+    """The remotes configured for the DVC project in the working directory."""
+    args = [_tool("dvc"), "config", "--list", "--show-origin"]
+    log.debug("$ %s", " ".join(args))
+    result = subprocess.run(args, text=True, capture_output=True)
+    if result.returncode != 0:
+        raise RemoteError(f"cannot read the DVC config here ({result.stderr.strip()}): run the "
+                          "command in the project's root (the folder with .dvc/)")
+    return parse_config_list(result.stdout)
+
+
+def url_scheme(value: str) -> str | None:
+    """The scheme of ``value`` when it is a URL (``s3``, ``https``, ...), else None (a name)."""
+    return urlsplit(value).scheme.lower() if "://" in value else None
+
+
+def aws_credentials_set(environ: Mapping[str, str] | None = None, home: Path | None = None
+                        ) -> bool:
+    """Whether AWS credentials are configured: one of :data:`CREDENTIAL_VARIABLES`, or a shared
+    credentials file (``AWS_SHARED_CREDENTIALS_FILE``, default ``~/.aws/credentials``)."""
+    environ = os.environ if environ is None else environ
+    if any(environ.get(name) for name in CREDENTIAL_VARIABLES):
+        return True
+    shared = environ.get("AWS_SHARED_CREDENTIALS_FILE")
+    return Path(shared).is_file() if shared else (
+        (home or Path.home()) / ".aws" / "credentials").is_file()
+
+
+def url_remote_options(url: str, endpoint_url: str | None = None,
+                       environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The options (besides the URL) of the read-only remote of ``url``: ``verify = true``;
+    for ``s3://``, the endpoint (``endpoint_url``, else :data:`ENDPOINT_VARIABLES`) and, when
+    no AWS credentials are set, unsigned requests (``allow_anonymous_login``)."""
+    environ = os.environ if environ is None else environ
+    scheme = url_scheme(url)
+    if scheme not in URL_SCHEMES:
+        raise RemoteError(
+            f"--remote {url}: pull configures s3://, http:// and https:// URLs only; add any "
+            "other store by name (dvc remote add --local NAME URL; dvc remote modify --local "
+            "NAME verify true) and pass --remote NAME (docs/remotes.md)")
+    if not urlsplit(url).netloc:
+        raise RemoteError(f"--remote {url}: the URL names no bucket or host; expected "
+                          "s3://BUCKET/PATH or https://HOST/PATH")
+    options = {"verify": "true"}
+    if scheme != "s3":
+        if endpoint_url:
+            raise RemoteError(f"--endpoint-url {endpoint_url}: an endpoint applies to an "
+                              f"s3:// URL only, not to {url}; drop it")
+        return options
+    endpoint = endpoint_url or next(
+        (environ[name] for name in ENDPOINT_VARIABLES if environ.get(name)), None)
+    if endpoint:
+        if url_scheme(endpoint) not in ("http", "https"):
+            raise RemoteError(f"--endpoint-url {endpoint}: expected http(s)://HOST[:PORT] of "
+                              "the S3-compatible store")
+        options["endpointurl"] = endpoint
+    if not aws_credentials_set(environ):
+        options["allow_anonymous_login"] = "true"
+    return options
+
+
+def add_url_remote(url: str, endpoint_url: str | None = None, name: str = URL_REMOTE,
+                   environ: Mapping[str, str] | None = None) -> str:
+    """Configure ``url`` as the remote ``name`` in ``.dvc/config.local`` (never in the
+    committed ``.dvc/config``, never as the default: it is pulled from by name only) with the
+    options of :func:`url_remote_options`; an earlier URL under that name is replaced.
+    Returns the name."""
+    options = url_remote_options(url, endpoint_url, environ)
+    if url_scheme(url) == "s3" and importlib.util.find_spec("dvc_s3") is None:
+        raise RemoteError(f"--remote {url}: DVC's S3 support is not installed; "
+                          "pip install -e '.[s3]' (dvc-s3)")
+    existing = configured_remotes().remotes.get(name)
+    shared = [file for file in (existing.files if existing else ())
+              if Path(file).name != "config.local"]
+    if shared:
+        raise RemoteError(
+            f"--remote {url}: a remote named {name!r} is already set in {', '.join(shared)}; "
+            f"pull from it with --remote {name}, or rename it there (dvc remote rename {name} "
+            "NEW)")
+    if existing is not None and existing.url != url:
+        log.info("remote %r: %s replaces %s in .dvc/config.local", name, url, existing.url)
+    dvc = _tool("dvc")
+    _run([dvc, "remote", "add", "--local", "--force", name, url])
+    for option, value in options.items():
+        _run([dvc, "remote", "modify", "--local", name, option, value])
+    log.info("remote %r: %s, read-only, in .dvc/config.local (%s)", name, url,
+             ", ".join(f"{k} = {v}" for k, v in options.items()))
+    return name
+
+
+def remote_to_pull(remote: str | None = None, endpoint_url: str | None = None) -> str:
+    """The name of the remote to pull from: ``remote`` itself when it names a configured one,
+    the remote :func:`add_url_remote` configures when it is a URL, else the default remote.
+    :class:`NoRemoteError` when there is none, or its folder is not on this machine."""
+    if remote is not None and url_scheme(remote) is not None:
+        return add_url_remote(remote, endpoint_url)
+    if endpoint_url:
+        raise RemoteError(
+            f"--endpoint-url {endpoint_url}: an endpoint goes with an s3:// URL as --remote; "
+            f"for a configured remote set it there (dvc remote modify --local NAME endpointurl "
+            f"{endpoint_url})")
+    settings = configured_remotes()
+    name = remote or settings.default
+    if name is None:
+        problem = "none is given (--remote, make pull REMOTE=...) and none is the default"
+    elif name not in settings.remotes:
+        problem = f"no remote named {name!r} is configured"
+    else:
+        chosen = settings.remotes[name]
+        if chosen.local_path is not None and not chosen.local_path.is_dir():
+            problem = (f"remote {name!r} is the folder {chosen.local_path}, which is not on "
+                       f"this machine (on a shared disk: dvc remote modify --local {name} url "
+                       "/PATH/ON/THE/DISK)")
+        elif not chosen.verifies:
+            raise RemoteError(
+                f"remote {name!r} ({chosen.url}) does not set verify = true, which every remote "
+                f"of this project must (docs/remotes.md): dvc remote modify {name} verify true")
+        else:
+            return name
+    raise NoRemoteError(f"no DVC remote to pull from: {problem}.\nConfigured remotes:\n"
+                        f"{settings.describe()}\n{WITHOUT_REMOTE}")
+
+
+def remote_to_push(remote: str | None = None) -> str:
+    """The name of the writable remote to push to: ``remote``, else the default; never a URL
+    nor the read-only remote of a pulled URL (:data:`URL_REMOTE`)."""
+    if remote is not None and url_scheme(remote) is not None:
+        raise RemoteError(f"--remote {remote}: push goes to a configured, writable remote; "
+                          "give its name (dvc remote list)")
+    settings = configured_remotes()
+    name = remote or settings.default
+    if name is None:
+        raise RemoteError("no DVC remote to push to: pass --remote NAME, or make one the "
+                          "default for this clone (dvc remote default --local NAME). "
+                          f"Configured remotes:\n{settings.describe()}")
+    if name == URL_REMOTE:
+        raise RemoteError(f"remote {name!r} is the read-only remote of a pulled URL: push to a "
+                          "writable remote (--remote NAME; docs/remotes.md)")
+    if name not in settings.remotes:
+        raise RemoteError(f"no remote named {name!r} is configured: dvc remote list names "
+                          f"those there are:\n{settings.describe()}")
+    return name
 
 
 def stale_stages() -> dict[str, Any]:
@@ -92,16 +355,26 @@ def current_targets(lock: dict[str, Any], stale: set[str]) -> list[str]:
     return targets
 
 
-def pull(targets: list[str] | None = None, remote: str | None = None) -> None:
+def pull(targets: list[str] | None = None, remote: str | None = None,
+         endpoint_url: str | None = None) -> None:
     """``dvc pull``, then ``snakemake --touch`` for every stage that is current, with all it is
     built from, against dvc.lock.
 
-    ``targets`` are stage names. A stage that does not match the current params or code (nor
-    anything downstream of one) is not touched, so Snakemake and DVC both still report it;
+    ``remote`` is a configured remote's name or a URL pulled read-only (:func:`remote_to_pull`;
+    ``endpoint_url``: an S3-compatible store's); default: the default remote. ``targets`` are
+    stage names. A stage that does not match the current params or code (nor anything
+    downstream of one) is not touched, so Snakemake and DVC both still report it;
     :class:`StaleResultsError` then names it.
     """
     targets = list(targets or [])
-    _run([_tool("dvc"), "pull", *(["--remote", remote] if remote else []), *targets])
+    name = remote_to_pull(remote, endpoint_url)
+    try:
+        _run([_tool("dvc"), "pull", "--remote", name, *targets])
+    except subprocess.CalledProcessError as err:
+        raise PullFailedError(
+            f"dvc pull from remote {name!r} exited with {err.returncode}; DVC's message above "
+            "names the cause (an unreachable URL, missing credentials, or, with verify = true, "
+            "a corrupted object: docs/remotes.md, 'Repairing the remote')") from None
     stale = stale_stages()
     lock_path = Path("dvc.lock")
     lock = yaml.safe_load(lock_path.read_text()) if lock_path.exists() else {}
@@ -127,8 +400,10 @@ def publish_device(scale: str, label: str, results: str | Path = layout.RESULTS,
                    remote: str | None = None) -> Path:
     """Publish the measurement table of one device: copy it to ``devices/{scale}/{label}.parquet``,
     version it with ``dvc add`` (a pointer file per device: machines never conflict in git) and
-    ``dvc push`` it. Returns the pointer file, which the caller commits to git."""
+    ``dvc push`` it to ``remote`` (default: the default remote; :func:`remote_to_push`).
+    Returns the pointer file, which the caller commits to git."""
     source = Path(layout.device_table(scale, label, str(results)))
+    push_to = remote_to_push(remote) if push else ""
     if not source.exists():
         raise FileNotFoundError(
             f"{source} not found: measure the device first (`snakemake {source}`, or `make run` "
@@ -143,5 +418,5 @@ def publish_device(scale: str, label: str, results: str | Path = layout.RESULTS,
     _run([_tool("dvc"), "add", "--quiet", str(dest)])
     pointer = dest.with_name(dest.name + ".dvc")
     if push:
-        _run([_tool("dvc"), "push", *(["--remote", remote] if remote else []), str(pointer)])
+        _run([_tool("dvc"), "push", "--remote", push_to, str(pointer)])
     return pointer
