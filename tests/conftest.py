@@ -21,6 +21,21 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
+# A GPU machine runs the suite on the CPU, as every machine does: default_device() honours
+# HWGPTBENCH_DEVICE (so do the tools the tests spawn, which inherit it). `gpu` tests choose
+# their device themselves; HWGPTBENCH_DEVICE set before pytest starts is kept for every test.
+DEVICE_ENV = "HWGPTBENCH_DEVICE"
+DEVICE_GIVEN = DEVICE_ENV in os.environ
+os.environ.setdefault(DEVICE_ENV, "cpu")
+
+
+@pytest.fixture(autouse=True)
+def _gpu_tests_choose_their_device(request: pytest.FixtureRequest,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    if not DEVICE_GIVEN and request.node.get_closest_marker("gpu") is not None:
+        monkeypatch.setenv(DEVICE_ENV, "auto")
+
+
 # Tests commit in scratch repositories: never depend on the machine's git identity.
 GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "hwgptbench tests", "GIT_AUTHOR_EMAIL": "tests@hwgptbench.invalid",

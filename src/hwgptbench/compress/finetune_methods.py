@@ -48,13 +48,12 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..measure.device import DTYPES, dtype_unsupported_reason
+from ..measure.device import DTYPES, dtype_unsupported_reason, release
 from ..measure.latency import is_out_of_memory, measure_latency
 from ..measure.memory import (
     MB,
     cpu_allocation_peak,
     optimizer_bytes,
-    release,
     tensor_bytes,
     tensors_bytes,
 )

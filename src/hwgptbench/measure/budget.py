@@ -25,6 +25,7 @@ import torch
 
 from ..space import Arch, SearchSpace
 from .condition import Condition
+from .device import release
 
 GB = 2**30
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -52,9 +53,14 @@ def activation_bytes(space: SearchSpace, arch: Arch, vocab_size: int, condition:
 
 def free_memory_bytes(device: torch.device) -> int:
     """Memory free for new models on device: the CUDA driver's free memory, or the kernel's
-    MemAvailable (else free physical pages) on the CPU."""
+    MemAvailable (else free physical pages) on the CPU.
+
+    On CUDA the blocks that PyTorch's allocator caches (an earlier group's models, dropped) are
+    returned to the driver first: they are free to this process, and ``measure-plan``, in a
+    fresh process, counts them free too, so every condition plans the groups it printed."""
     device = torch.device(device)
     if device.type == "cuda":
+        release(device)
         return int(torch.cuda.mem_get_info(device)[0])
     meminfo = Path("/proc/meminfo")
     if meminfo.is_file():

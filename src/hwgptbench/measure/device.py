@@ -8,6 +8,7 @@ one machine are never filed under another. Sizes are binary: GB = 2**30 bytes.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import logging
 import os
@@ -27,6 +28,7 @@ from .condition import DTYPE_NAMES
 log = logging.getLogger(__name__)
 
 GB = 2**30
+DEVICE_ENV = "HWGPTBENCH_DEVICE"  # names the device that default_device() returns
 DTYPES = dict(zip(DTYPE_NAMES, (torch.float32, torch.bfloat16, torch.float16), strict=True))
 
 _SLUG = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
@@ -37,9 +39,39 @@ class DeviceMismatchError(UserError, ValueError):
     """A configured device label does not name the hardware the measurement runs on."""
 
 
-def default_device() -> torch.device:
-    """The first CUDA device when CUDA is available, else the CPU."""
-    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+def default_device(index: int = 0) -> torch.device:
+    """The device that work runs on when none is named: the one ``$HWGPTBENCH_DEVICE`` names
+    (``cpu``, ``cuda`` or ``cuda:N``; ``auto`` or unset: choose), else CUDA device ``index``
+    (a rank's local index) when CUDA is available, else the CPU. The test suite sets ``cpu``,
+    so a GPU machine runs it on the CPU like any other machine."""
+    named = os.environ.get(DEVICE_ENV, "").strip().lower()
+    if named in ("", "auto"):
+        return torch.device("cuda", index) if torch.cuda.is_available() else torch.device("cpu")
+    try:
+        device: torch.device | None = torch.device(named)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise UserError(f"{DEVICE_ENV}={named!r}: expected cpu, cuda, cuda:N or auto")
+    if device.type == "cpu":
+        return device
+    if not torch.cuda.is_available():
+        raise UserError(f"{DEVICE_ENV}={named!r} but torch sees no CUDA device")
+    return device if device.index is not None else torch.device("cuda", index)
+
+
+def process_group_backend(device: torch.device) -> str:
+    """The ``torch.distributed`` backend of ranks that compute on ``device``: NCCL for CUDA
+    devices, gloo for the CPU (on a machine with CUDA too)."""
+    return "nccl" if torch.device(device).type == "cuda" else "gloo"
+
+
+def release(device: torch.device) -> None:
+    """Free what a dropped model and optimizer held: collect their reference cycles and, on
+    CUDA, return the allocator's cached blocks."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def _cpuinfo() -> list[dict[str, str]]:
@@ -158,12 +190,22 @@ def resolve_label(label: str, fp: Mapping[str, Any],
 
 
 def dtype_unsupported_reason(dtype: torch.dtype, device: torch.device) -> str | None:
-    """None when a tiny attention and MLP step runs in dtype on device, else why it does not."""
+    """None when a tiny attention and MLP step runs in dtype on device, else why it does not.
+
+    On CUDA the step also runs backward: besides the dtype, that creates the cuBLAS workspace
+    of autograd's device thread (32 MiB on Hopper; its own, kept for the process), which the
+    first train step measured in a process would otherwise count as its own memory."""
+    device = torch.device(device)
+    backward = device.type == "cuda"
     try:
-        x = torch.ones(1, 2, 4, 8, dtype=dtype, device=device)
-        y = F.scaled_dot_product_attention(x, x, x, is_causal=True)
-        y = F.layer_norm(y, (8,))
-        F.gelu(F.linear(y, torch.ones(8, 8, dtype=dtype, device=device))).sum().item()
+        with torch.inference_mode(False), torch.enable_grad():
+            x = torch.ones(1, 2, 4, 8, dtype=dtype, device=device, requires_grad=backward)
+            weight = torch.ones(8, 8, dtype=dtype, device=device, requires_grad=backward)
+            y = F.layer_norm(F.scaled_dot_product_attention(x, x, x, is_causal=True), (8,))
+            out = F.gelu(F.linear(y, weight, torch.zeros(8, dtype=dtype, device=device))).sum()
+            if backward:
+                out.backward()
+            out.item()
     except (RuntimeError, TypeError, NotImplementedError) as err:
         return f"{dtype} not supported on {device}: {err}".splitlines()[0]
     return None

@@ -21,7 +21,6 @@ than the model (docs/measure.md). bf16 weights are exactly half of fp32 ones, an
 
 from __future__ import annotations
 
-import gc
 import os
 import resource
 import sys
@@ -74,14 +73,6 @@ def optimizer_bytes(optimizer: torch.optim.Optimizer) -> int:
     inner = getattr(optimizer, "optim", optimizer)
     return tensors_bytes(value for state in inner.state.values() for value in state.values()
                          if isinstance(value, torch.Tensor))
-
-
-def release(device: torch.device) -> None:
-    """Free what a dropped model and optimizer held: collect their reference cycles and, on
-    CUDA, return the allocator's cached blocks."""
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def memory_row(weights: int, peak: int, activations: int) -> dict[str, Any]:

@@ -40,7 +40,8 @@ Per rank and (arch, mode, recompute, dtype) a row holds:
   after ``reset_peak_memory_stats``); on the CPU the process's peak RSS, a high-water mark over
   everything the rank ran before, not this step alone (``memory_reason`` says which).
 - Collective time per step from ``profile_steps`` steps under ``torch.profiler``: on CUDA
-  the device time of the NCCL kernels, on the CPU the host time of gloo's work items (run on
+  the device time of the NCCL kernels (each once: not also its range's projection on the GPU
+  timeline), on the CPU the host time of gloo's work items (run on
   gloo's worker threads, so they include waiting for the other ranks). Each collective is
   counted once, by kind: ``comm_all_reduce_ms``, ``comm_all_gather_ms``,
   ``comm_reduce_scatter_ms``, ``comm_broadcast_ms``, ``comm_other_ms`` (barriers, sends, ...)
@@ -82,9 +83,15 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.autograd import DeviceType
 
-from ..measure.device import DTYPES, dtype_unsupported_reason
+from ..measure.device import (
+    DTYPES,
+    default_device,
+    dtype_unsupported_reason,
+    process_group_backend,
+    release,
+)
 from ..measure.latency import is_out_of_memory
-from ..measure.memory import MB, optimizer_bytes, peak_rss_bytes, release, tensors_bytes
+from ..measure.memory import MB, optimizer_bytes, peak_rss_bytes, tensors_bytes
 from ..measure.runner import build_model
 from ..model import GPT
 from ..schema import COLLECTIVES, COMMUNICATION, OTHER
@@ -124,16 +131,17 @@ class Rank:
 @contextlib.contextmanager
 def process_group() -> Iterator[Rank]:
     """This process's rank in the initialized process group; one is initialized when there is
-    none (torchrun's environment: NCCL on CUDA, else gloo; without it a world of 1 over an
-    in-memory store) and destroyed on exit."""
+    none (torchrun's environment: NCCL when the rank's device,
+    :func:`~hwgptbench.measure.device.default_device`, is a GPU, else gloo; without it a world
+    of 1 over an in-memory store) and destroyed on exit."""
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    device = default_device(local_rank)
+    cuda = device.type == "cuda"
     if cuda:
         torch.cuda.set_device(device)
     created = False
     if not dist.is_initialized():
-        backend = "nccl" if cuda else "gloo"
+        backend = process_group_backend(device)
         if "MASTER_ADDR" in os.environ and "WORLD_SIZE" in os.environ:
             dist.init_process_group(backend, timeout=PROCESS_GROUP_TIMEOUT,
                                     device_id=device if cuda else None)
@@ -192,12 +200,13 @@ def _outermost(events: list[Any], matches: Callable[[Any], bool]) -> list[Any]:
 
 def collective_events(events: list[Any], cuda: bool) -> list[tuple[str, float, float]]:
     """(kind, start us, end us) of each collective the profiled events ran: on CUDA the NCCL
-    kernels (none where NCCL launched none, as with one rank), else the backend's host work
-    items (gloo), each with the kind of the ``c10d::`` call that issued it where calls and
-    items pair up one to one."""
+    kernels (none where NCCL launched none, as with one rank; not the projection of the
+    ``nccl:*`` range that issued a kernel onto the GPU timeline, a ``gpu_user_annotation``
+    spanning that same kernel), else the backend's host work items (gloo), each with the kind
+    of the ``c10d::`` call that issued it where calls and items pair up one to one."""
     if cuda:
-        kernels = [e for e in events
-                   if e.device_type == DeviceType.CUDA and "nccl" in e.name.lower()]
+        kernels = [e for e in events if e.device_type == DeviceType.CUDA
+                   and not e.is_user_annotation and "nccl" in e.name.lower()]
         return [(collective_kind(e.name), e.time_range.start, e.time_range.end)
                 for e in sorted(kernels, key=lambda e: e.time_range.start)]
     cpu = [e for e in events if e.device_type == DeviceType.CPU]
@@ -531,10 +540,12 @@ class ParallelTables(NamedTuple):
 
 
 def ranks_and_threads(cpu_ranks: int = 2) -> tuple[int, int]:
-    """Processes to launch (one per CUDA GPU, else ``cpu_ranks``) and the threads of each
-    (the machine's cores shared out, at least 1). With one GPU the world is 1: ddp and the
+    """Processes to launch (one per CUDA GPU where the ranks train on GPUs, see
+    :func:`~hwgptbench.measure.device.default_device`, else ``cpu_ranks``) and the threads of
+    each (the machine's cores shared out, at least 1). With one GPU the world is 1: ddp and the
     ZeRO modes then have nothing to shard or reduce."""
-    nproc = torch.cuda.device_count() if torch.cuda.is_available() else cpu_ranks
+    gpus = default_device().type == "cuda"
+    nproc = torch.cuda.device_count() if gpus else cpu_ranks
     if nproc < 1:
         raise ValueError(f"cannot launch {nproc} ranks")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -553,7 +564,7 @@ def launch_parallel(space: SearchSpace, archs: Sequence[Arch], vocab_size: int, 
     import polars as pl
 
     nproc, threads = ranks_and_threads(cpu_ranks)
-    if nproc == 1 and torch.cuda.is_available():
+    if nproc == 1 and default_device().type == "cuda":
         log.info("one CUDA GPU: world size 1, the parallel modes have nothing to shard")
     with contextlib.ExitStack() as stack:
         folder = Path(work_dir) if work_dir is not None else Path(

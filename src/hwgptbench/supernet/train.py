@@ -41,6 +41,7 @@ from tqdm import tqdm
 
 from ..data import TokenShards
 from ..io import atomic_path, canonical_json, load_torch, save_torch
+from ..measure.device import default_device, process_group_backend
 from ..model import SuperGPT
 from ..params import ParamsError, batch_problems, snapshot_problems
 from ..space import Arch, SearchSpace
@@ -92,12 +93,15 @@ def snapshot_name(step: int) -> str:
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """``auto`` → the CUDA device of this rank when CUDA is available, else the CPU."""
+    """``auto`` → :func:`~hwgptbench.measure.device.default_device` of this rank (its CUDA
+    device when CUDA is available, else the CPU; ``$HWGPTBENCH_DEVICE`` overrides)."""
     if name == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device 'cuda' requested but torch sees no CUDA device; "
                            "set device: auto or cpu")
-    if name in ("auto", "cuda") and torch.cuda.is_available():
+    if name == "cuda":
         return torch.device("cuda", local_rank)
+    if name == "auto":
+        return default_device(local_rank)
     return torch.device("cpu")
 
 
@@ -296,10 +300,9 @@ def train(cfg: TrainConfig, space: SearchSpace, shards: TokenShards, out_dir: st
         log.warning("training with %d process(es) while supernet.processes is %d: the result "
                     "is the same up to float rounding; supernet.processes only sets how many "
                     "the workflow launches", dist.world_size, cfg.processes)
-    if dist.world_size > 1 and not torch.distributed.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        torch.distributed.init_process_group(backend)
     device = resolve_device(cfg.device, dist.local_rank)
+    if dist.world_size > 1 and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group(process_group_backend(device))
     if device.type == "cuda":
         torch.cuda.set_device(device)
     out_dir, work_dir = Path(out_dir), Path(work_dir)
