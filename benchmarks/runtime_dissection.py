@@ -22,8 +22,9 @@ import yaml
 from hwgptbench.measure.device import default_device
 from hwgptbench.measure.runner import Settings
 from hwgptbench.runtime.parallel import launch_parallel
+from hwgptbench.runtime.rows import measure_condition
 from hwgptbench.runtime.serving import serving_sweep
-from hwgptbench.runtime.stage import measure_condition, spread_archs
+from hwgptbench.runtime.stage import spread_archs
 from hwgptbench.space import SearchSpace
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -27,6 +27,7 @@ from hwgptbench.measure.latency import measure_latency
 from hwgptbench.measure.runner import Settings, build_model
 from hwgptbench.runtime import stage as runtime
 from hwgptbench.runtime.breakdown import MODULE_CLASSES, OTHER, profile_breakdown
+from hwgptbench.runtime.rows import memory_pass, runtime_conditions
 from hwgptbench.runtime.serving import serving_sweep
 from hwgptbench.runtime.workloads import Unsupported, Workload, build_workload
 from hwgptbench.space import Arch, SearchSpace
@@ -51,7 +52,7 @@ FAST = {"n_archs": 6, "batch_size": 1, "seq_len": 16, "gen_len": 8,
 
 def test_default_ids_are_unchanged_and_every_id_round_trips() -> None:
     assert Condition(1, 128, "fp32").id == "b1-t128-fp32-eager"
-    conditions = runtime.runtime_conditions(FAST)
+    conditions = runtime_conditions(FAST, CPU)
     assert len({c.id for c in conditions}) == len(conditions) == 6 + 2 * 3 + 2 + 1
     for condition in conditions:
         assert Condition.from_id(condition.id) == condition
@@ -169,7 +170,7 @@ def measured() -> runtime.RuntimeTables:
 def test_runtime_table_has_every_condition_with_reasons(
         measured: runtime.RuntimeTables) -> None:
     table = measured.runtime
-    conditions = {c.id for c in runtime.runtime_conditions(FAST)}
+    conditions = {c.id for c in runtime_conditions(FAST, CPU)}
     assert set(table["condition"]) == conditions
     assert table.group_by("condition").len()["len"].unique().to_list() == [FAST["n_archs"]]
     unsupported = table.filter(pl.col("status") != "ok")
@@ -316,7 +317,7 @@ def test_the_memory_pass_holds_one_workload_at_a_time() -> None:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
         return build(arch)
 
-    rows = runtime.memory_pass(archs, lambda arch: read(oom(arch)))
+    rows = memory_pass(archs, lambda arch: read(oom(arch)))
     assert [row.get("alive") for row in rows] == [1, 1, None, 1]  # one workload at each read
     assert rows[2]["status"] == "oom" and rows[2]["reason"].startswith("out of memory")
     assert rows[1]["weights"] > rows[0]["weights"]

@@ -8,7 +8,10 @@ so that no reader imports a stage.
 
 from __future__ import annotations
 
-import polars as pl
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import polars as pl
 
 ANY = "any"  # device and condition of perplexity (quality, surrogates), which depends on neither
 
@@ -27,4 +30,6 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 def fully_trained(table: pl.DataFrame) -> pl.DataFrame:
     """The rows of a perplexity table scored by the fully trained supernet (largest
     ``train_steps``)."""
+    import polars as pl
+
     return table.filter(pl.col("train_steps") == pl.col("train_steps").max())

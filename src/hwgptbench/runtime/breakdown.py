@@ -7,7 +7,8 @@ choice; ``backward`` and ``optimizer`` of a train step). Forward hooks
 open a ``torch.profiler.record_function`` range named by the step's class around each of them,
 and one range ``step`` encloses the whole call; the profiler's events are then aggregated in
 Python (``prof.events()``, never its printed table). A class's time is the sum of its ranges'
-durations (host time on the CPU, the kernels' device time on CUDA); ``other`` is the step's
+durations (host time on the CPU, the kernels' device time on CUDA, those that autograd's
+device thread launches during a range included: :func:`attribute`); ``other`` is the step's
 time outside every class (the Python between modules, and the hooks' own share).
 Operator categories sum the self time of the ATen operators (matmul, attention, normalization,
 ...). Both are reported in ms per call and as fractions of the profiled step, beside the
@@ -19,6 +20,7 @@ are one class each (the operator view splits them further).
 
 from __future__ import annotations
 
+import bisect
 import gc
 import re
 from collections import defaultdict
@@ -162,25 +164,61 @@ def profile_breakdown(model: GPT, call: Callable[[], Any], repeats: int,
     with labelled_modules(model), collector_paused():
         call()  # warm the hooks and the profiler-free path once
         prof = profiled_steps(call, repeats, torch.device(device), STEP)
-    modules: dict[str, float] = defaultdict(float)
-    operators: dict[str, float] = defaultdict(float)
-    step = 0.0
-    for event in prof.events():
-        if event.device_type != DeviceType.CPU:
-            # a range's projection on the GPU timeline (gpu_user_annotation): it spans from its
-            # first kernel to its last, idle gaps and other ranges' kernels included (decode's
-            # queued launches overlap them), so ranges are read on the CPU side, where
-            # device_time_total sums the kernels they launched
-            continue
-        if event.name == STEP:
-            step += _duration_ms(event, cuda)
-        elif event.name in MODULE_CLASSES or event.name in STAGE_CLASSES:
-            modules[event.name] += _duration_ms(event, cuda)
-        elif event.name.startswith("aten::") and (not cuda or event.self_device_time_total):
-            operators[operator_category(event.name)] += _self_ms(event, cuda)
+    step, modules, operators = attribute(list(prof.events()), cuda)
     if step <= 0:
         raise RuntimeError("the profiler recorded no step time")
     modules[OTHER] = max(step - sum(modules.values()), 0.0)
     return {"step_ms": step / repeats,
             "modules": {k: v / repeats for k, v in modules.items()},
             "operators": {k: v / repeats for k, v in operators.items()}}
+
+
+def _enclosing(ranges: list[Any], starts: list[float], at: float) -> Any | None:
+    """The range (of ``ranges``, sorted by their ``starts``) that started last before ``at``,
+    if it has not ended by then: the innermost one holding ``at``, ranges being disjoint or
+    nested."""
+    i = bisect.bisect_right(starts, at) - 1
+    return ranges[i] if i >= 0 and ranges[i].time_range.end >= at else None
+
+
+def attribute(events: list[Any], cuda: bool
+              ) -> tuple[float, dict[str, float], dict[str, float]]:
+    """The profiled steps' total ms, and the ms of each module class and operator category in
+    them, from the profiler's events.
+
+    Ranges are read on the CPU side (a range's projection on the GPU timeline,
+    ``gpu_user_annotation``, spans from its first kernel to its last, idle gaps and other
+    ranges' kernels included: decode's queued launches overlap them), where on CUDA
+    ``device_time_total`` sums the kernels that the range's own thread launched. A CUDA
+    backward runs on autograd's device thread, not on the thread that opened the ``step`` and
+    ``backward`` ranges: there, each outermost event (an autograd node with its operators)
+    is charged by time to the step and to the range of the step's thread that holds its start.
+    Operator categories sum the ATen operators' self time on every thread."""
+    cpu = [e for e in events if e.device_type == DeviceType.CPU and not e.is_async]
+    steps = sorted((e for e in cpu if e.name == STEP), key=lambda e: e.time_range.start)
+    own = {e.thread for e in steps}
+    classes = sorted((e for e in cpu if e.thread in own
+                      and (e.name in MODULE_CLASSES or e.name in STAGE_CLASSES)),
+                     key=lambda e: e.time_range.start)
+    modules: dict[str, float] = defaultdict(float)
+    operators: dict[str, float] = defaultdict(float)
+    step = sum(_duration_ms(e, cuda) for e in steps)
+    for event in classes:
+        modules[event.name] += _duration_ms(event, cuda)
+    for event in cpu:
+        if event.name.startswith("aten::") and (not cuda or event.self_device_time_total):
+            operators[operator_category(event.name)] += _self_ms(event, cuda)
+    if cuda:  # host time of other threads overlaps the step's own: only kernels are added
+        step_starts = [e.time_range.start for e in steps]
+        class_starts = [e.time_range.start for e in classes]
+        for event in cpu:
+            if event.thread in own or event.cpu_parent is not None:
+                continue
+            at, ms = event.time_range.start, _duration_ms(event, cuda)
+            if ms <= 0 or _enclosing(steps, step_starts, at) is None:
+                continue
+            step += ms
+            holder = _enclosing(classes, class_starts, at)
+            if holder is not None:
+                modules[holder.name] += ms
+    return step, modules, operators

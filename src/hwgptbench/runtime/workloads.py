@@ -14,7 +14,8 @@ per call (``torch.ao`` dynamic quantization on the CPU, :mod:`hwgptbench.measure
 the tied LM head is a functional product and stays fp32);
 ``compile`` wraps the model in ``torch.compile``. An option the device cannot run is reported
 by :func:`unsupported_reason` or, where only running tells, by the first call raising
-:class:`Unsupported`: the row then holds null metrics and the reason.
+:class:`Unsupported`: the row then holds null metrics and the reason. Running out of memory in
+that call is not a missing kernel: the allocation error itself is raised (status ``oom``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from torch.profiler import record_function
 
 from ..measure.condition import Condition
 from ..measure.device import DTYPES, dtype_unsupported_reason
+from ..measure.latency import is_out_of_memory
 from ..measure.memory import MB, tensor_bytes
 from ..measure.quantize import QuantizationUnsupported, quantize
 from ..measure.quantize import unsupported_reason as quant_unsupported_reason
@@ -122,6 +124,8 @@ def build_workload(space: SearchSpace, arch: Arch, vocab_size: int, condition: C
             workload = _prefill(model, runnable, x, condition)
         workload.call()
     except (RuntimeError, NotImplementedError) as err:  # no SDPA kernel, compiler missing
+        if is_out_of_memory(err):  # the device lacks memory, not a kernel: the caller's oom
+            raise
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise Unsupported(f"{condition.id} does not run on {device}: {message}") from err
     return workload
