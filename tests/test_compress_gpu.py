@@ -15,7 +15,7 @@ import torch
 from hwgptbench.compress.dense import pretrain
 from hwgptbench.compress.evaluate import SubnetEvaluator
 from hwgptbench.compress.finetune import finetune
-from hwgptbench.compress.table import compression_table
+from hwgptbench.compress.table import FAIR_REFERENCE, compression_table
 from hwgptbench.data import TokenShards
 from hwgptbench.perplexity.evaluate import validation_batches
 from hwgptbench.space import Arch, SearchSpace
@@ -64,7 +64,8 @@ def test_subnetwork_throughput_and_quantization_on_cuda(shakespeare: Path) -> No
           f"{fast['tokens_per_s']:.0f} tok/s, largest {slow['tokens_per_s']:.0f} tok/s")
     assert fast["tokens_per_s"] > slow["tokens_per_s"] > 0
     table = compression_table(supernet.extract(space.largest()).eval(), evaluator,
-                              [("small", small.id)], ["int8_dynamic"])
+                              [(FAIR_REFERENCE, space.largest().id), ("small", small.id)],
+                              ["int8_dynamic"])
     int8 = table.filter(pl.col("quant") == "int8_dynamic")
     assert int8["size_mb"].is_null().all() and (int8["reason"].str.contains("CPU")).all()
     assert table.filter(pl.col("quant") == "none")["throughput_x"].is_not_null().all()
