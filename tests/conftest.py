@@ -141,7 +141,7 @@ def published_s(tmp_path_factory: pytest.TempPathFactory) -> Path:
     session, as a fresh clone's first query fits them)."""
     from hwgptbench.api import Benchmark
 
-    results = tmp_path_factory.mktemp("results")
+    results = tmp_path_factory.mktemp("base") / "results"
     Benchmark.from_published("s", results)
     return results
 
