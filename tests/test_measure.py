@@ -116,14 +116,36 @@ def test_latency_repeats_until_the_median_ci_is_tight(monkeypatch: pytest.Monkey
         clock[0] += next(calls)
 
     monkeypatch.setattr(latency, "time", SimpleNamespace(perf_counter_ns=lambda: clock[0],
+                                                         thread_time_ns=lambda: clock[0],
                                                          perf_counter=time.perf_counter))
     stats = measure_latency(fn, CPU, warmup=3, min_repeats=10, max_repeats=4000,
                             target_rel_ci=0.01, max_seconds=60)
     n = stats["latency_n"]
     samples = [d / 1e6 for d in durations_ns[3:3 + n]]
     assert n % 10 == 0 and 10 <= n < 4000
-    assert stats == latency_stats(samples)
+    assert stats == latency_stats(samples, samples)
     assert stats["latency_ci95_rel"] <= 0.01 < latency_stats(samples[:n - 10])["latency_ci95_rel"]
+    assert stats["latency_wall_cpu_ratio"] == 1.0 and stats["latency_contended"] is False
+
+
+def test_estimators_pick_their_series() -> None:
+    """median and min of the wall clock, median of the thread's CPU time; a thread that waited
+    for a core (wall well above CPU time) is marked contended; without CPU times (CUDA)
+    cpu_median is the wall median."""
+    wall = [10.0, 12.0, 30.0, 11.0, 13.0]
+    cpu = [9.0, 9.5, 9.2, 9.1, 9.4]
+    assert latency_stats(wall, cpu, "median")["latency_ms"] == 12.0
+    assert latency_stats(wall, cpu, "min")["latency_ms"] == 10.0
+    by_cpu = latency_stats(wall, cpu, "cpu_median")
+    assert by_cpu["latency_ms"] == 9.2 and by_cpu["latency_wall_ms"] == 12.0
+    assert by_cpu["latency_contended"] is True and by_cpu["latency_estimator"] == "cpu_median"
+    on_cuda = latency_stats(wall, [float("nan")] * 5, "cpu_median")
+    assert on_cuda["latency_ms"] == 12.0 and on_cuda["latency_estimator"] == "median"
+    assert on_cuda["latency_cpu_ms"] is None and on_cuda["latency_contended"] is None
+    with pytest.raises(ValueError, match="estimator 'mean'"):
+        latency_stats(wall, cpu, "mean")
+    with pytest.raises(ValueError, match="one intra-op thread"):
+        Settings(threads=2, estimator="cpu_median")
 
 
 def test_latency_of_a_forward_on_cpu(tiny_supernet: SuperGPT) -> None:

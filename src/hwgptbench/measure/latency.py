@@ -1,12 +1,23 @@
 """Latency of one call, repeated until its median is known to a target precision.
 
-On the CPU each call is timed with ``time.perf_counter_ns``; on CUDA with a pair of CUDA events
-around it, read after one synchronisation per batch, so a sample is the device time from the
-start of the call's first kernel slot to the end of its last (launch gaps included). Samples are
-taken in batches of ``min_repeats`` until the distribution-free 95% confidence interval of the
-median (order statistics at the binomial(n, 1/2) quantile ranks) has a half-width of at most
+On the CPU each call is timed twice: by the wall clock (``time.perf_counter_ns``) and by the
+calling thread's CPU time (``time.thread_time_ns``), which leaves out the time the thread
+waited for a core; on CUDA with a pair of CUDA events around it, read after one
+synchronisation per batch, so a sample is the device time from the start of the call's first
+kernel slot to the end of its last (launch gaps included). Samples are taken in batches of
+``min_repeats`` until the distribution-free 95% confidence interval of the median (order
+statistics at the binomial(n, 1/2) quantile ranks) has a half-width of at most
 ``target_rel_ci`` times the median, or ``max_repeats`` samples or ``max_seconds`` are reached
 (both checked after each batch, so a run takes at least ``min_repeats`` calls).
+
+``latency_ms`` is the estimator's value (:data:`ESTIMATORS`; ``latency_estimator`` names it):
+the wall-clock median, the wall-clock minimum, or the median thread CPU time (one intra-op
+thread only: with more, the calling thread's CPU time is not the call's). The wall-clock
+median (``latency_wall_ms``), minimum (``latency_min_ms``), median CPU time
+(``latency_cpu_ms``) and the median ratio of wall to CPU time of the calls
+(``latency_wall_cpu_ratio``, 1 when the thread ran undisturbed; above
+:data:`CONTENDED_WALL_CPU`, ``latency_contended``) are recorded whatever the estimator.
+``docs/measure.md`` has the study behind the default.
 """
 
 from __future__ import annotations
@@ -22,7 +33,13 @@ import torch
 import torch.nn as nn
 
 LATENCY_FIELDS = ("latency_ms", "latency_mean_ms", "latency_std_ms", "latency_iqr_ms",
-                  "latency_n", "latency_ci95_ms", "latency_ci95_rel")
+                  "latency_n", "latency_ci95_ms", "latency_ci95_rel", "latency_wall_ms",
+                  "latency_min_ms", "latency_cpu_ms", "latency_wall_cpu_ratio",
+                  "latency_contended", "latency_estimator")
+# latency_ms of a row: the wall-clock median, the wall-clock minimum, or the thread-CPU median
+ESTIMATORS = ("median", "min", "cpu_median")
+# a median wall/CPU-time ratio above this: the thread waited for a core (latency_contended)
+CONTENDED_WALL_CPU = 1.10
 
 
 def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int] | None:
@@ -49,35 +66,59 @@ def median_ci_halfwidth(samples: Sequence[float], confidence: float = 0.95) -> f
     return (ordered[ranks[1]] - ordered[ranks[0]]) / 2
 
 
-def latency_stats(samples_ms: Sequence[float]) -> dict[str, Any]:
-    """Median, mean, sample std, IQR, count and median CI (half-width, relative) in ms."""
-    values = np.asarray(samples_ms, dtype=np.float64)
-    median = float(np.median(values))
-    q25, q75 = np.percentile(values, [25, 75])
-    half = median_ci_halfwidth(samples_ms)
+def check_estimator(estimator: str) -> None:
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator {estimator!r} is not one of {list(ESTIMATORS)}")
+
+
+def latency_stats(samples_ms: Sequence[float], cpu_ms: Sequence[float] | None = None,
+                  estimator: str = "median") -> dict[str, Any]:
+    """The estimator's latency and the CI of the median of its series (wall clock, or thread CPU
+    time for ``cpu_median``), and the wall clock's mean, sample std, IQR, median and minimum,
+    the median CPU time and wall/CPU ratio (None without CPU times), count, in ms.
+    ``cpu_median`` without CPU times (CUDA) is the wall-clock median."""
+    check_estimator(estimator)
+    wall = np.asarray(samples_ms, dtype=np.float64)
+    cpu = None if cpu_ms is None else np.asarray(cpu_ms, dtype=np.float64)
+    if cpu is not None and (np.isnan(cpu).any() or (cpu <= 0).any()):
+        cpu = None  # CUDA events, or a clock too coarse for the call
+    used = "median" if estimator == "cpu_median" and cpu is None else estimator
+    series = cpu if used == "cpu_median" and cpu is not None else wall
+    center = float(np.median(series))
+    q25, q75 = np.percentile(wall, [25, 75])
+    half = median_ci_halfwidth(series.tolist())
     return {
-        "latency_ms": median,
-        "latency_mean_ms": float(values.mean()),
-        "latency_std_ms": float(values.std(ddof=1)),
+        "latency_ms": float(series.min()) if used == "min" else center,
+        "latency_mean_ms": float(wall.mean()),
+        "latency_std_ms": float(wall.std(ddof=1)),
         "latency_iqr_ms": float(q75 - q25),
-        "latency_n": len(values),
+        "latency_n": len(wall),
         "latency_ci95_ms": half,
-        "latency_ci95_rel": half / median if median > 0 else math.inf,
+        "latency_ci95_rel": half / center if center > 0 else math.inf,
+        "latency_wall_ms": float(np.median(wall)),
+        "latency_min_ms": float(wall.min()),
+        "latency_cpu_ms": None if cpu is None else float(np.median(cpu)),
+        "latency_wall_cpu_ratio": None if cpu is None else float(np.median(wall / cpu)),
+        "latency_contended": None if cpu is None else bool(
+            np.median(wall / cpu) > CONTENDED_WALL_CPU),
+        "latency_estimator": used,
     }
 
 
-def _cpu_times_ms(fn: Callable[[], Any], n: int) -> list[float]:
-    """Wall time of n calls of fn, one by one."""
+def _cpu_times_ms(fn: Callable[[], Any], n: int) -> list[tuple[float, float]]:
+    """(wall, thread CPU) time of n calls of fn, one by one."""
     times = []
     for _ in range(n):
-        start = time.perf_counter_ns()
+        wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
         fn()
-        times.append((time.perf_counter_ns() - start) / 1e6)
+        times.append(((time.perf_counter_ns() - wall) / 1e6,
+                      (time.thread_time_ns() - cpu) / 1e6))
     return times
 
 
-def _cuda_times_ms(fn: Callable[[], Any], n: int) -> list[float]:
-    """CUDA-event time of n back-to-back calls of fn, read after one synchronisation."""
+def _cuda_times_ms(fn: Callable[[], Any], n: int) -> list[tuple[float, float]]:
+    """CUDA-event time of n back-to-back calls of fn, read after one synchronisation (no CPU
+    time: NaN)."""
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(n)]
     for start, end in events:
@@ -85,7 +126,7 @@ def _cuda_times_ms(fn: Callable[[], Any], n: int) -> list[float]:
         fn()
         end.record()
     torch.cuda.synchronize()
-    return [start.elapsed_time(end) for start, end in events]
+    return [(start.elapsed_time(end), math.nan) for start, end in events]
 
 
 def synchronize(device: torch.device) -> None:
@@ -96,22 +137,25 @@ def synchronize(device: torch.device) -> None:
 
 def measure_latency(fn: Callable[[], Any], device: torch.device, *, warmup: int,
                     min_repeats: int, max_repeats: int, target_rel_ci: float = 0.02,
-                    max_seconds: float) -> dict[str, Any]:
-    """Latency statistics of fn on device (see the module docstring for the stopping rule)."""
+                    max_seconds: float, estimator: str = "median") -> dict[str, Any]:
+    """Latency statistics of fn on device (see the module docstring for the stopping rule and
+    the estimators)."""
     if not 2 <= min_repeats <= max_repeats:
         raise ValueError(f"need 2 <= min_repeats <= max_repeats, got {min_repeats}, "
                          f"{max_repeats}")
+    check_estimator(estimator)
     device = torch.device(device)
     times = _cuda_times_ms if device.type == "cuda" else _cpu_times_ms
     with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
         for _ in range(warmup):
             fn()
         synchronize(device)
-        samples: list[float] = []
+        samples: list[tuple[float, float]] = []
         start = time.perf_counter()
         while True:
             samples += times(fn, min(min_repeats, max_repeats - len(samples)))
-            stats = latency_stats(samples)
+            wall, cpu = zip(*samples, strict=True)
+            stats = latency_stats(wall, cpu, estimator)
             done = (stats["latency_ci95_rel"] <= target_rel_ci
                     or time.perf_counter() - start >= max_seconds)
             if len(samples) >= max_repeats or (len(samples) >= min_repeats and done):
@@ -159,22 +203,30 @@ def drift_factors(cycles: np.ndarray) -> np.ndarray:
     return np.exp(relative.mean(axis=1))
 
 
-def interleaved_stats(cycles: np.ndarray) -> list[dict[str, Any]]:
-    """Statistics of each callable from interleaved samples (cycles, callables, calls), each
-    sample divided by its cycle's drift factor when there are enough callables to estimate it;
-    ``latency_drift_cv`` is the coefficient of variation of those factors."""
+def interleaved_stats(cycles: np.ndarray, estimator: str = "median") -> list[dict[str, Any]]:
+    """Statistics of each callable from interleaved samples (cycles, callables, calls), or
+    (cycles, callables, calls, 2) with the calls' thread CPU times last, each series divided by
+    its cycle's drift factor (of that series) when there are enough callables to estimate it;
+    ``latency_drift_cv`` is the coefficient of variation of the wall clock's factors."""
+    cycles = np.asarray(cycles, dtype=np.float64)
+    series = [cycles[..., 0], cycles[..., 1]] if cycles.ndim == 4 else [cycles]
     blocked = cycles.shape[1] >= MIN_BLOCKED
-    factors = drift_factors(cycles) if blocked else np.ones(len(cycles))
-    adjusted = cycles / factors[:, None, None]
-    drift_cv = float(factors.std() / factors.mean()) if blocked else None
-    return [{**latency_stats(adjusted[:, i, :].ravel().tolist()), "latency_drift_cv": drift_cv}
+    timed = [s for s in series if not np.isnan(s).any()]
+    factors = [drift_factors(s) if blocked else np.ones(len(s)) for s in timed]
+    adjusted = [s / f[:, None, None] for s, f in zip(timed, factors, strict=True)]
+    drift_cv = float(factors[0].std() / factors[0].mean()) if blocked else None
+    return [{**latency_stats(adjusted[0][:, i, :].ravel(),
+                             adjusted[1][:, i, :].ravel() if len(adjusted) > 1 else None,
+                             estimator),
+             "latency_drift_cv": drift_cv}
             for i in range(cycles.shape[1])]
 
 
 def measure_latency_interleaved(fns: Sequence[Callable[[], Any]], device: torch.device, *,
                                 warmup: int, min_repeats: int, max_repeats: int,
                                 target_rel_ci: float = 0.02, max_seconds: float,
-                                seed: int = 0, shuffle: bool = True) -> list[dict[str, Any]]:
+                                seed: int = 0, shuffle: bool = True, estimator: str = "median"
+                                ) -> list[dict[str, Any]]:
     """Latency statistics of several callables timed round-robin, visiting each once per cycle
     in a seeded random order (in their given order without ``shuffle``: CUDA graphs that share
     a memory pool replay in the order they were captured), so that every one sees the same
@@ -197,10 +249,11 @@ def measure_latency_interleaved(fns: Sequence[Callable[[], Any]], device: torch.
     if not 2 <= min_repeats <= max_repeats:
         raise ValueError(f"need 2 <= min_repeats <= max_repeats, got {min_repeats}, "
                          f"{max_repeats}")
+    check_estimator(estimator)
     device = torch.device(device)
     times = _cuda_times_ms if device.type == "cuda" else _cpu_times_ms
     rng = np.random.default_rng(seed)
-    cycles: list[list[list[float]]] = []
+    cycles: list[list[list[tuple[float, float]]]] = []
     with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
         for i in range(len(fns)):
             for _ in range(warmup):
@@ -208,7 +261,7 @@ def measure_latency_interleaved(fns: Sequence[Callable[[], Any]], device: torch.
         synchronize(device)
         start = time.perf_counter()
         while True:
-            cycle: list[list[float]] = [[] for _ in fns]
+            cycle: list[list[tuple[float, float]]] = [[] for _ in fns]
             for i in rng.permutation(len(fns)) if shuffle else range(len(fns)):
                 _call(fns, i, lambda fn: fn())  # re-warm caches the previous visit evicted
                 cycle[i] = _call(fns, i, lambda fn: times(fn, VISIT_CALLS))
@@ -216,7 +269,7 @@ def measure_latency_interleaved(fns: Sequence[Callable[[], Any]], device: torch.
             n = len(cycles) * VISIT_CALLS
             if n < min_repeats:
                 continue
-            stats = interleaved_stats(np.asarray(cycles))
+            stats = interleaved_stats(np.asarray(cycles), estimator)
             converged = all(row["latency_ci95_rel"] <= target_rel_ci for row in stats)
             out_of_time = time.perf_counter() - start >= max_seconds * len(fns)
             if converged or out_of_time or n >= max_repeats:

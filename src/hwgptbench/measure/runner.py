@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from ..errors import UserError
 from ..model import GPT, GPTConfig
 from ..space import Arch, SearchSpace
 from .condition import Condition
@@ -30,6 +31,7 @@ from .flops import forward_flops
 from .latency import (
     LATENCY_FIELDS,
     CallFailed,
+    check_estimator,
     cuda_graph_callable,
     is_out_of_memory,
     measure_latency,
@@ -38,6 +40,18 @@ from .latency import (
 from .memory import cpu_memory, cuda_memory, unmeasured
 
 log = logging.getLogger(__name__)
+
+class SettingsError(UserError, ValueError):
+    """Measurement settings that cannot go together."""
+
+
+def cpu_estimator(section: Mapping[str, Any], device: torch.device | None) -> str:
+    """The section's ``estimator`` on a CPU device (or when the device is not known yet);
+    ``median`` of CUDA events on a GPU."""
+    if device is not None and device.type == "cuda":
+        return "median"
+    return str(section.get("estimator", "median"))
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -53,12 +67,20 @@ class Settings:
     memory: bool = True
     seed: int = 0
     latency: bool = True
+    estimator: str = "median"  # latency_ms of a row (measure.latency.ESTIMATORS)
+
+    def __post_init__(self) -> None:
+        check_estimator(self.estimator)
+        if self.estimator == "cpu_median" and self.threads != 1:
+            raise SettingsError(f"estimator cpu_median times the calling thread: it needs one "
+                                f"intra-op thread, not threads: {self.threads} (set threads: "
+                                "1, or another estimator)")
 
     def timing(self) -> dict[str, Any]:
         """The keyword arguments of the latency timers."""
         return {"warmup": self.warmup, "min_repeats": self.min_repeats,
                 "max_repeats": self.max_repeats, "target_rel_ci": self.target_rel_ci,
-                "max_seconds": self.max_seconds}
+                "max_seconds": self.max_seconds, "estimator": self.estimator}
 
 
 def conditions_from_params(section: Mapping[str, Any], device: torch.device) -> list[Condition]:

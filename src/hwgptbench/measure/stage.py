@@ -46,7 +46,13 @@ from .device import default_device, fingerprint, resolve_label
 from .energy import EnergyMeter, open_energy_meter
 from .groups import group_factors, rescale
 from .latency import LATENCY_FIELDS
-from .runner import Settings, conditions_from_params, measure_arch, measure_latency_of_archs
+from .runner import (
+    Settings,
+    conditions_from_params,
+    cpu_estimator,
+    measure_arch,
+    measure_latency_of_archs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +87,15 @@ def parse_shard(text: str) -> tuple[int, int]:
     return index, count
 
 
-def measure_settings(section: Mapping[str, Any]) -> Settings:
-    """Measurement settings of the ``measure`` params section."""
+def measure_settings(section: Mapping[str, Any], device: torch.device | None = None
+                     ) -> Settings:
+    """Measurement settings of the ``measure`` params section; ``measure.estimator`` applies
+    to CPU devices (CUDA events: the median)."""
     return Settings(threads=section["threads"], warmup=section["warmup"],
                     min_repeats=section["min_repeats"], max_repeats=section["max_repeats"],
                     target_rel_ci=section["target_rel_ci"], max_seconds=section["max_seconds"],
                     energy_seconds=section["energy_window_s"], memory=section["memory"],
-                    seed=section["seed"])
+                    seed=section["seed"], estimator=cpu_estimator(section, device))
 
 
 def conditions(section: Mapping[str, Any], space: SearchSpace, device: torch.device
@@ -282,7 +290,7 @@ def measure_rows(section: Mapping[str, Any], space: SearchSpace, archs: Sequence
     completes and groups stored by an earlier run are not measured again.
     """
     device = default_device()
-    settings = measure_settings(section)
+    settings = measure_settings(section, device)
     identity = fingerprint(settings.threads, device)
     resolved = resolve_label(label, identity, section["aliases"])
     versions = library_versions()

@@ -38,7 +38,7 @@ from ..io import write_parquet
 from ..measure.condition import Condition
 from ..measure.device import default_device, fingerprint, resolve_label
 from ..measure.latency import measure_latency
-from ..measure.runner import Settings
+from ..measure.runner import Settings, cpu_estimator
 from ..measure.stage import NULLABLE
 from ..space import Arch, SearchSpace
 from ..versions import library_versions
@@ -62,12 +62,13 @@ def spread_archs(archs: Sequence[Arch], space: SearchSpace, vocab_size: int, n: 
     return [ordered[i] for i in picks]
 
 
-def runtime_settings(section: dict[str, Any], threads: int) -> Settings:
-    """Timing settings of the ``runtime`` params section."""
+def runtime_settings(section: dict[str, Any], threads: int,
+                     device: torch.device | None = None) -> Settings:
+    """Timing settings of the ``runtime`` params section (its estimator on CPU devices)."""
     return Settings(threads=threads, warmup=section["warmup"],
                     min_repeats=section["min_repeats"], max_repeats=section["max_repeats"],
                     target_rel_ci=section["target_rel_ci"], max_seconds=section["max_seconds"],
-                    seed=section["seed"])
+                    seed=section["seed"], estimator=cpu_estimator(section, device))
 
 
 def breakdown_rows(space: SearchSpace, arch: Arch, vocab_size: int, condition: Condition,
@@ -126,7 +127,7 @@ def measure_runtime(section: dict[str, Any], threads: int, space: SearchSpace,
     """The runtime stage's tables of this machine, labelled ``label``."""
     device = default_device()
     torch.set_num_threads(threads)
-    settings = runtime_settings(section, threads)
+    settings = runtime_settings(section, threads, device)
     identity = fingerprint(threads, device)
     resolved = resolve_label(label, identity, aliases)
     chosen = spread_archs(archs, space, vocab_size, section["n_archs"])
