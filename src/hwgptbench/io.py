@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -113,6 +114,39 @@ def atomic_dir(dest: str | os.PathLike[str]) -> Iterator[Path]:
             shutil.rmtree(staging, ignore_errors=True)
 
 
+class OutputPathError(UserError, ValueError):
+    """An output path that would overwrite what is not ours: a folder given for a file, the
+    working directory or one of its parents, or a folder of other files."""
+
+
+def check_output_file(path: str | os.PathLike[str], flag: str = "--out") -> Path:
+    """path as a file to write: refused when it is a folder."""
+    path = Path(path)
+    if path.is_dir():
+        raise OutputPathError(f"{flag} {path}: is a folder; name a file to write")
+    return path
+
+
+def check_output_dir(path: str | os.PathLike[str], marker: str, what: str,
+                     flag: str = "--out") -> Path:
+    """path as a folder that :func:`atomic_dir` may replace as a whole: new, empty, or holding
+    ``marker`` (the file an earlier output of this kind has: ``what``). The working directory
+    and its parents are refused, and so is a folder of anything else: nothing of the user's is
+    deleted."""
+    path = Path(path)
+    resolved, cwd = path.resolve(), Path.cwd().resolve()
+    if resolved == cwd or resolved in cwd.parents:
+        raise OutputPathError(f"{flag} {path}: is the working directory or one of its parents; "
+                              f"name a new folder for the {what}")
+    if path.exists() and not path.is_dir():
+        raise OutputPathError(f"{flag} {path}: is a file; name a new folder for the {what}")
+    if path.is_dir() and any(path.iterdir()) and not (path / marker).is_file():
+        raise OutputPathError(f"{flag} {path}: holds files that are not an earlier {what} (no "
+                              f"{marker}), and the folder would be replaced as a whole; name a "
+                              "new or empty folder, or move those files away first")
+    return path
+
+
 def remove_stale_staging(dest: str | os.PathLike[str]) -> None:
     """Delete temporary files and directories that killed writes to ``dest`` left behind."""
     dest = Path(dest)
@@ -152,6 +186,24 @@ class TorchFileError(UserError, ValueError):
     """A torch file that cannot be read: truncated, corrupt, or holding more than data."""
 
 
+# torch's weights-only unpickler refusing a global names it after GLOBAL: "Unsupported global:
+# GLOBAL io.open was not an allowed global" (a function or class), "unsupported GLOBAL
+# posix.system whose module posix is blocked" (torch 2.13, a blocked module)
+_GLOBAL = re.compile(r"\bGLOBAL ([\w.]+)")
+
+
+def refusal_reason(err: BaseException) -> str:
+    """Why ``torch.load(weights_only=True)`` failed, in words: the global a file asks for (code,
+    refused unread), else corrupt or truncated."""
+    found = _GLOBAL.search(str(err))
+    if found:
+        return (f"it asks for {found.group(1)}, an object other than tensors and plain data, "
+                "refused unread")
+    if "weights only load failed" in str(err).lower():
+        return "it holds objects other than tensors and plain data, refused unread"
+    return "corrupt or truncated"
+
+
 def load_torch(path: str | os.PathLike[str], fix: str, device: Any = "cpu",
                mmap: bool = False) -> Any:
     """The contents of a file written by :func:`save_torch`, read as data only (tensors,
@@ -167,9 +219,7 @@ def load_torch(path: str | os.PathLike[str], fix: str, device: Any = "cpu",
     except FileNotFoundError:
         raise
     except pickle.UnpicklingError as err:
-        reason = ("it holds objects other than tensors and plain data, refused unread"
-                  if "Unsupported global" in str(err) else "corrupt or truncated")
-        raise TorchFileError(f"{path} cannot be read ({reason}): {fix}") from err
+        raise TorchFileError(f"{path} cannot be read ({refusal_reason(err)}): {fix}") from err
     except (RuntimeError, EOFError, OSError, ValueError) as err:
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise TorchFileError(f"{path} cannot be read ({first_line}): {fix}") from err

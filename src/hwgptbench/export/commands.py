@@ -19,8 +19,11 @@ def cmd_export(args: argparse.Namespace) -> None:
     """Export one arch of a supernet (its sub-network) or a dense model file as model.pt2,
     model.onnx and a Hugging Face folder, each checked against the model's logits; manifest.json
     records the files, checks and formats skipped."""
+    from ..io import check_output_dir
+    from .manifest import FILE
     from .write import export_arch, load_source
 
+    check_output_dir(args.out, FILE, "export")  # before the checkpoint is read
     model, info = load_source(args.checkpoint, args.arch)
     source = {"name": args.source_name, **info} if args.source_name else info
     manifest = export_arch(model, args.out, args.formats, source, args.tokenizer)
@@ -33,6 +36,7 @@ def cmd_export(args: argparse.Namespace) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> None:
     """Evaluate an export folder: the offline cloze and perplexity tasks on the data stage's
     held-out split, and lm-eval's tasks with their data from the local Hugging Face cache."""
+    from ..io import check_output_file
     from .evaluate import defaults, evaluate_export, write_results
 
     settings = defaults(args.params)
@@ -43,6 +47,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
             value = getattr(args, f"{prefix}_{key}")
             if value is not None:
                 settings[task][key] = value
+    check_output_file(args.out)
     results = evaluate_export(args.model, args.data, args.format, args.tasks, settings,
                               args.batch_size, args.limit, args.num_fewshot)
     write_results(results, args.out)
@@ -96,7 +101,8 @@ def register(add: Add) -> None:
                          help="supernet file (its sub-network of --arch) or dense model file")
     command.add_argument("--arch", required=True, metavar="ID", help="arch id to export")
     command.add_argument("--out", required=True, metavar="DIR",
-                         help="export folder (replaced as a whole)")
+                         help="export folder: new, empty or an earlier export (replaced as a "
+                              "whole)")
     command.add_argument("--formats", nargs="+", type=formats, metavar="FORMAT",
                          help=f"formats to write, each of which must apply ({FORMAT_NAMES}); "
                               "default: every one that applies, the others recorded as skipped")

@@ -268,15 +268,16 @@ def evaluate_export(folder: str | Path, data_dir: str | Path, fmt: str | None = 
     manifest = export_manifest.read(folder)
     fmt = pick_format(folder, manifest, fmt)
     settings = settings or defaults(None)
+    offline = [task for task in dict.fromkeys(tasks) if task in OFFLINE_TASKS]
+    remote = [task for task in dict.fromkeys(tasks) if task not in OFFLINE_TASKS]
+    hf_dir = _own_hf(folder, manifest, fmt) if remote else None
+    # loaded (and checked: docs/security.md) first, unless lm-eval's hf model alone runs it
+    # (that loads the folder itself)
+    run = _load(folder, fmt) if offline or hf_dir is None else None
     shards = TokenShards.open(data_dir)
     tokenizer = shards.tokenizer()
     _check_tokenizer(tokenizer, manifest["vocab_size"], data_dir)
     block_size = int(manifest["block_size"])
-    offline = [task for task in dict.fromkeys(tasks) if task in OFFLINE_TASKS]
-    remote = [task for task in dict.fromkeys(tasks) if task not in OFFLINE_TASKS]
-    hf_dir = _own_hf(folder, manifest, fmt) if remote else None
-    # loaded here unless lm-eval's hf model alone runs it (that loads the folder itself)
-    run = _load(folder, fmt) if offline or hf_dir is None else None
     if "cloze" in offline:
         _check_cloze(settings["cloze"], block_size)
     manager = None

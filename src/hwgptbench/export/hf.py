@@ -198,7 +198,7 @@ def load(folder: Path) -> Logits:
     """ids -> logits of the Hugging Face folder (fp32, safetensors, local files only)."""
     transformers = _transformers()
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        str(folder), local_files_only=True, use_safetensors=True,
+        str(folder), local_files_only=True, use_safetensors=True, trust_remote_code=False,
         **{dtype_kwarg(transformers): torch.float32}).eval()
 
     @torch.no_grad()

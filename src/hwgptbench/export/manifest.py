@@ -44,9 +44,15 @@ def read(folder: str | Path) -> dict[str, Any]:
     path = Path(folder) / FILE
     try:
         manifest: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         raise UserError(f"{path} cannot be read ({err}): {folder} is no finished export; export "
-                        "the arch again") from err
-    if manifest.get("format") != FORMAT:
+                        "the arch again") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise UserError(f"{path} is not an export manifest of format {FORMAT}")
+    fields = {"arch": str, "family": str, "formats": dict, "vocab_size": int, "block_size": int}
+    wrong = [key for key, kind in fields.items() if not isinstance(manifest.get(key), kind)
+             or isinstance(manifest.get(key), bool)]
+    if wrong or not all(isinstance(r, dict) for r in manifest["formats"].values()):
+        raise UserError(f"{path}: {', '.join(wrong) or 'formats'} malformed: {folder} is no "
+                        "finished export; export the arch again")
     return manifest

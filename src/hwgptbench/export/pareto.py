@@ -21,7 +21,7 @@ import polars as pl
 
 from ..compress.evaluate import prefill_ids
 from ..errors import UserError
-from ..io import atomic_dir, write_parquet
+from ..io import atomic_dir, check_output_dir, write_parquet
 from . import onnx_export
 from .write import export_arch, open_source
 
@@ -66,6 +66,7 @@ def export_archs(supernet: str | Path, archs: list[tuple[str, str]], out_dir: st
     index table ``out_dir/exports.parquet`` (one row per arch and format); out_dir is replaced
     as a whole. ``timing``: the compression's (batch_size, seq_len, threads and the latency
     keys), for the ONNX Runtime vs eager comparison."""
+    check_output_dir(out_dir, INDEX, "export of archs")
     rows: list[dict[str, Any]] = []
     model_of, info = open_source(supernet)  # read and hashed once for every arch
     with atomic_dir(out_dir) as staging:

@@ -1,18 +1,74 @@
 """``model.pt2``: the fixed GPT as a ``torch.export`` program, token ids (batch, seq) to logits,
-with a dynamic batch and a dynamic sequence length up to the block size; fp32, CPU."""
+with a dynamic batch and a dynamic sequence length up to the block size; fp32, CPU.
+
+A ``.pt2`` archive is read as data (docs/security.md). ``torch.export.load`` would run code
+from several places of a crafted archive: weights or constants marked ``use_pickle`` (unpickled
+with ``weights_only=False``), pickled custom objects, the pickled sample inputs (which fall
+back to ``weights_only=False``), compiled AOTInductor libraries, guard code (Python source,
+compiled when the module is built), symbolic shapes (parsed by ``sympy.sympify``, an
+``eval``) and graph nodes naming any callable reachable from ``torch``. So
+:func:`check_archive` reads the archive first and allows only what :func:`save` writes: raw
+weight and constant bytes, JSON configs, and a program whose nodes call ATen tensor operators
+from :data:`OPERATORS`, with shape expressions of integers and symbols only and no guard code.
+The checked bytes themselves are then loaded, so the file cannot change in between.
+"""
 
 from __future__ import annotations
 
+import io
+import json
+import re
+import zipfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
 from torch.export import Dim, ExportedProgram
 
+from ..errors import UserError
 from ..model import GPT
 from .check import Logits
 
 FILE = "model.pt2"
+FIX = "export the arch again with `hwgptbench export` (it writes archives that pass this check)"
+
+# the entries of an archive that save() writes, relative to its root folder; the sample inputs
+# (a pickle) are written empty
+_ENTRIES = re.compile(r"archive_format|archive_version|byteorder|\.data/version|"
+                      r"\.data/serialization_id|models/model\.json|data/sample_inputs/model\.pt|"
+                      r"data/weights/model_weights_config\.json|data/weights/weight_\d+|"
+                      r"data/constants/model_constants_config\.json|data/constants/tensor_\d+")
+_PAYLOADS = {"data/weights/model_weights_config.json": ("data/weights/", r"weight_\d+"),
+             "data/constants/model_constants_config.json": ("data/constants/", r"tensor_\d+")}
+# ATen operators a program may call: those of the GPT families' forward passes, and other
+# tensor operators without side effects (no file, process or global state: aten's from_file
+# and save, for instance, are left out)
+OPERATORS = frozenset({
+    "add", "addmm", "alias", "bmm", "cat", "clone", "contiguous", "detach", "div", "embedding",
+    "expand", "gelu", "layer_norm", "linear", "matmul", "mean", "mm", "mul", "native_layer_norm",
+    "neg", "permute", "pow", "relu", "reshape", "rms_norm", "rsqrt", "scaled_dot_product_attention",
+    "select", "sigmoid", "silu", "slice", "softmax", "split", "split_with_sizes", "squeeze",
+    "sub", "sum", "sym_size", "t", "tanh", "transpose", "unsqueeze", "view", "_to_copy",
+    "_softmax", "_unsafe_view",
+})
+_TARGET = re.compile(r"torch\.ops\.aten\.(\w+)\.(\w+)")
+# a sympy expression of integers and shape symbols, as torch.export writes them:
+# Mul(Integer(16), Symbol('s75', positive=True, integer=True))
+_SYMPY_FUNCTIONS = ("Symbol", "Integer", "Rational", "Add", "Mul", "Pow", "Max", "Min", "Mod",
+                    "PythonMod", "FloorDiv", "CleanDiv", "IntTrueDiv", "CeilToInt", "FloorToInt",
+                    "TruncToInt", "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "And", "Or", "Not")
+_EXPRESSION = re.compile(
+    r"(?:\s+|[(),]|-?\d+|'[a-z]+\d+'|(?:" + "|".join(_SYMPY_FUNCTIONS) + r")(?=\()|"
+    r"(?:positive|negative|nonnegative|nonpositive|integer|real|finite)=(?:True|False))*")
+_MAX_EXPRESSION = 2000  # characters: sympy parses each one
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*")  # a module path, no dunders
+_NAME_KEYS = ("fqn", "parameter_name", "buffer_name", "tensor_constant_name")
+
+
+class Pt2ArchiveError(UserError, ValueError):
+    """A ``.pt2`` file that is not a plain program of ours, or cannot be read."""
 
 
 def trace(model: GPT) -> ExportedProgram:
@@ -26,16 +82,137 @@ def trace(model: GPT) -> ExportedProgram:
 
 
 def save(program: ExportedProgram, folder: Path) -> list[Path]:
-    """Write ``model.pt2``; the files written."""
+    """Write ``model.pt2`` (weights as raw bytes, no pickled sample inputs: the archive passes
+    :func:`check_archive`); the files written."""
     path = folder / FILE
-    torch.export.save(program, path)
+    example_inputs = program.example_inputs
+    program.example_inputs = None  # torch.save'd into the archive otherwise: a pickle
+    try:
+        torch.export.save(program, path)
+    finally:
+        program.example_inputs = example_inputs
+    check_archive(path)
     return [path]
 
 
+def _refuse(path: Path, what: str) -> Pt2ArchiveError:
+    return Pt2ArchiveError(f"{path} refused unread: {what}; a model.pt2 is read as data only "
+                           f"(docs/security.md): {FIX}")
+
+
+def _json(archive: zipfile.ZipFile, name: str, path: Path) -> Any:
+    try:
+        return json.loads(archive.read(name))
+    except (ValueError, RecursionError) as err:
+        raise _refuse(path, f"{name} is not JSON ({type(err).__name__})") from None
+
+
+def _walk(node: Any) -> Iterator[tuple[str, Any]]:
+    """Every (key, value) of the mappings in a JSON document, without recursion."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, value in item.items():
+                yield key, value
+                stack.append(value)
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _check_program(program: Any, name: str, path: Path) -> None:
+    """Refuse guard code, a node calling anything but an allowed ATen operator, a shape
+    expression that is not integers and symbols, or a module path that is not a name."""
+    if not isinstance(program, dict):
+        raise _refuse(path, f"{name} is not a program")
+    if program.get("guards_code"):
+        raise _refuse(path, f"{name} holds guard code (Python source)")
+    for key, value in _walk(program):
+        if key == "target" and isinstance(value, str):
+            match = _TARGET.fullmatch(value)
+            if match is None or match.group(1) not in OPERATORS:
+                raise _refuse(path, f"{name} calls {value[:80]!r}, not an allowed ATen "
+                                    "tensor operator")
+        elif key == "target":
+            raise _refuse(path, f"{name} has a node target of type {type(value).__name__}")
+        elif key == "expr_str" and (not isinstance(value, str) or len(value) > _MAX_EXPRESSION
+                                    or not _EXPRESSION.fullmatch(value)):
+            raise _refuse(path, f"{name} holds the shape expression {str(value)[:80]!r}, not "
+                                "one of integers and symbols")
+        elif key in _NAME_KEYS and value not in ("", None) and (
+                not isinstance(value, str) or not _NAME.fullmatch(value) or "__" in value):
+            raise _refuse(path, f"{name} names the module path {str(value)[:80]!r}")
+
+
+def _check_payloads(archive: zipfile.ZipFile, root: str, relative: set[str], path: Path) -> None:
+    """Every weight and constant is raw bytes (``use_pickle`` false) in an entry of its own
+    kind, under a module path."""
+    for config_name, (folder, pattern) in _PAYLOADS.items():
+        if config_name not in relative:
+            raise _refuse(path, f"it has no {config_name}")
+        config = _json(archive, root + config_name, path)
+        entries = config.get("config") if isinstance(config, dict) else None
+        if not isinstance(entries, dict):
+            raise _refuse(path, f"{config_name} is not a payload config")
+        for fqn, meta in entries.items():
+            if not isinstance(fqn, str) or not _NAME.fullmatch(fqn) or "__" in fqn:
+                raise _refuse(path, f"{config_name} names the module path {str(fqn)[:80]!r}")
+            if not isinstance(meta, dict) or meta.get("use_pickle") is not False:
+                raise _refuse(path, f"{config_name}: {fqn} is stored as a pickle (use_pickle), "
+                                    "which torch would unpickle with weights_only=False")
+            file = meta.get("path_name")
+            if (not isinstance(file, str) or not re.fullmatch(pattern, file)
+                    or folder + file not in relative):
+                raise _refuse(path, f"{config_name}: {fqn} is stored in {str(file)[:80]!r}, "
+                                    f"not a raw {folder} entry of the archive")
+
+
+def check_archive(path: str | Path) -> bytes:
+    """The bytes of the ``.pt2`` file at path, checked to hold nothing but what :func:`save`
+    writes (module doc); :class:`Pt2ArchiveError` names the file, what it holds and the fix."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except IsADirectoryError:
+        raise Pt2ArchiveError(f"{path} is a folder, not a model.pt2 file: {FIX}") from None
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        infos = archive.infolist()
+    except (zipfile.BadZipFile, ValueError, EOFError) as err:
+        raise Pt2ArchiveError(f"{path} is not a pt2 archive ({err}): {FIX}") from None
+    names = [info.filename for info in infos]
+    roots = {name.split("/", 1)[0] for name in names}
+    if not names or len(roots) != 1 or len(set(names)) != len(names):
+        raise _refuse(path, "its entries are not one archive folder of distinct files")
+    root = roots.pop() + "/"
+    relative = {name[len(root):] for name in names}
+    for info, name in zip(infos, names, strict=True):
+        if not name.startswith(root) or not _ENTRIES.fullmatch(name[len(root):]):
+            raise _refuse(path, f"it holds {name!r}, not an entry of a plain torch.export "
+                                "archive (pickled objects, compiled code and extra files are "
+                                "refused)")
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise _refuse(path, f"its entry {name!r} is compressed")
+    sample_inputs = root + "data/sample_inputs/model.pt"
+    if sample_inputs in names and archive.getinfo(sample_inputs).file_size:
+        raise _refuse(path, "it holds pickled sample inputs (data/sample_inputs/model.pt)")
+    if "models/model.json" not in relative:
+        raise _refuse(path, "it holds no program (models/model.json)")
+    _check_payloads(archive, root, relative, path)
+    _check_program(_json(archive, root + "models/model.json", path), "models/model.json", path)
+    return data
+
+
 def load(folder: Path) -> Logits:
-    """ids -> logits of the ``model.pt2`` in folder (``torch.export.load`` unpickles: load only
-    exports written here, docs/security.md)."""
-    module = torch.export.load(folder / FILE).module()
+    """ids -> logits of the ``model.pt2`` in folder, once :func:`check_archive` has passed it
+    (the checked bytes are what is loaded)."""
+    path = folder / FILE
+    data = check_archive(path)
+    try:
+        module = torch.export.load(io.BytesIO(data)).module()
+    except Exception as err:  # a plain archive that torch cannot read: bad input all the same
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise Pt2ArchiveError(f"{path} cannot be read ({first[:200]}): {FIX}") from err
 
     @torch.no_grad()
     def run(ids: Tensor) -> Tensor:

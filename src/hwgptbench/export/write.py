@@ -14,7 +14,7 @@ import torch
 from torch.export import ExportedProgram
 
 from ..errors import UserError
-from ..io import atomic_dir, load_torch, sha256_file
+from ..io import atomic_dir, check_output_dir, load_torch, sha256_file
 from ..model import GPT
 from ..space import Arch
 from . import hf, manifest, onnx_export, pt2
@@ -42,12 +42,24 @@ def _unavailable(fmt: str, model: GPT) -> str | None:
     return None
 
 
+class ModelFileError(UserError, ValueError):
+    """An exported model file that its library cannot read."""
+
+
 def _load(fmt: str, folder: Path) -> Logits:
+    """ids -> logits of the fmt model in folder; the pt2 archive is checked first (docs/
+    security.md), and a file that a library cannot read is a :class:`UserError` naming it."""
     if fmt == "pt2":
         return pt2.load(folder)
-    if fmt == "onnx":
-        return onnx_export.load(folder)
-    return hf.load(folder / HF_FOLDER)
+    try:
+        return onnx_export.load(folder) if fmt == "onnx" else hf.load(folder / HF_FOLDER)
+    except (ImportError, UserError):
+        raise
+    except Exception as err:  # the library's own error for a file it cannot read
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        where = folder / (onnx_export.FILE if fmt == "onnx" else HF_FOLDER)
+        raise ModelFileError(f"{where} cannot be read as {fmt} ({first[:200]}): export the arch "
+                             "again with `hwgptbench export`") from err
 
 
 def _write(fmt: str, folder: Path, model: GPT, program: ExportedProgram | None,
@@ -87,8 +99,10 @@ def export_arch(model: GPT, out_dir: str | Path, formats: Sequence[str] | None =
     with the reason). source: where the model came from, as the manifest records
     it (e.g. the scale or compression name plus :func:`load_source`'s info). tokenizer_path:
     the data stage's ``tokenizer.json``, saved into the Hugging Face folder. out_dir is
-    replaced as a whole once every format is written and checked.
+    replaced as a whole once every format is written and checked: it must be new, empty or
+    an earlier export (its ``manifest.json``), never the working directory or a parent of it.
     """
+    check_output_dir(out_dir, manifest.FILE, "export")
     if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in model.parameters()):
         raise ValueError("export runs on the CPU in fp32: pass model.to('cpu', torch.float32)")
     model.eval()
