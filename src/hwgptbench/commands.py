@@ -9,8 +9,9 @@ from pathlib import Path
 
 import polars as pl
 
-from .io import write_parquet
+from .io import check_output_file, write_parquet
 from .options import Add, load, scale_and_results
+from .space import Arch, InvalidArchError
 
 log = logging.getLogger("hwgptbench")
 
@@ -19,13 +20,14 @@ def cmd_query(args: argparse.Namespace) -> None:
     """Predicted (or measured) metrics of archs on a device."""
     from .api import Benchmark, QueryError
 
-    bench = Benchmark.load(args.scale, args.results, family=args.family, source=args.source)
-    ids = list(args.arch or [])
+    if args.out:
+        check_output_file(args.out)
+    ids = [Arch.from_id(arch_id).id for arch_id in args.arch or []]
     if args.archs_file:
-        ids += [line.strip() for line in Path(args.archs_file).read_text().splitlines()
-                if line.strip()]
+        ids += archs_of_file(Path(args.archs_file))
     if not ids:
         raise QueryError("give archs with --arch ID (repeatable) or --archs-file FILE")
+    bench = Benchmark.load(args.scale, args.results, family=args.family, source=args.source)
     table = bench.query(ids, args.metric, device=args.device, condition=args.condition,
                         mode=args.mode, return_interval=args.interval,
                         fidelity=args.fidelity)
@@ -43,6 +45,25 @@ def cmd_query(args: argparse.Namespace) -> None:
     else:
         with pl.Config(tbl_rows=len(table), fmt_str_lengths=60, tbl_width_chars=160):
             print(table)
+
+
+def archs_of_file(path: Path) -> list[str]:
+    """The arch ids of a text file, one a line (blank lines skipped); a line that is no arch
+    id is refused naming the file and the line."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise InvalidArchError(f"--archs-file {path}: not a UTF-8 text file of arch ids, one "
+                               "a line") from None
+    ids = []
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                ids.append(Arch.from_id(line.strip()).id)
+            except InvalidArchError as err:
+                raise InvalidArchError(f"--archs-file {path}, line {number}: {err} (the file "
+                                       "holds arch ids, one a line, no header)") from None
+    return ids
 
 
 def cmd_publish_device(args: argparse.Namespace) -> None:

@@ -7,6 +7,7 @@ runs alone, so a bad value is rejected the same way everywhere, before anything 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from collections.abc import Sequence
 from functools import cache
@@ -87,13 +88,34 @@ def validate(doc: Any, sections: list[str] | None = None, source: str = "params"
                       for name, prop in full["properties"].items()}
         full = {**full, "required": list(sections), "properties": properties}
     validator = jsonschema.Draft202012Validator(full)
-    errors = sorted(validator.iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path])
-    problems = [_describe(e) for e in errors] or _cross_field_problems(doc)
+    try:
+        errors = sorted(validator.iter_errors(doc),
+                        key=lambda e: [str(p) for p in e.absolute_path])
+    except RecursionError:
+        raise ParamsError(f"invalid {source}: it nests deeper than any params document") from None
+    problems = ([_describe(e) for e in errors] + _non_finite(doc)) or _cross_field_problems(doc)
     if problems:
         lines = "\n".join(f"  - {problem}" for problem in problems)
         raise ParamsError(f"invalid {source}:\n{lines}\nFix these fields and run again; "
                           "nothing was written.")
     return doc
+
+
+def _non_finite(doc: Any) -> list[str]:
+    """A line for each NaN or infinite number anywhere in doc: JSON-schema bounds are false for
+    NaN, so every bound would let it through."""
+    problems = []
+    stack: list[tuple[list[Any], Any]] = [([], doc)]
+    while stack:  # iteratively: a document may nest deeper than the recursion limit
+        path, node = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            problems.append(f"{_field(path)}: {node!r} is not allowed; allowed: a finite number "
+                            "(nan and inf are refused everywhere)")
+        elif isinstance(node, dict):
+            stack.extend(([*path, key], value) for key, value in node.items())
+        elif isinstance(node, list):
+            stack.extend(([*path, index], value) for index, value in enumerate(node))
+    return sorted(problems)
 
 
 def snapshot_problems(snapshots: Sequence[int], steps: int) -> list[str]:
@@ -228,8 +250,14 @@ def _read(path: str | os.PathLike[str]) -> Any:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ParamsError(f"params file not found: {path}") from None
+    except IsADirectoryError:
+        raise ParamsError(f"{path} is a folder, not a params file") from None
+    except UnicodeDecodeError:
+        raise ParamsError(f"{path} is not a UTF-8 text file") from None
     except yaml.YAMLError as exc:
         raise ParamsError(f"{path} is not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ParamsError(f"{path} nests deeper than any params file") from None
 
 
 def load(path: str | os.PathLike[str], sections: list[str] | None = None) -> dict[str, Any]:

@@ -73,6 +73,7 @@ _ID_PARTS = (
     ("r", "mlp_ratio", rf"{_RATIO}(?:_{_RATIO})*"),
     ("b", "bias", "[01]"),
 )
+_MAX_ID = 10_000  # characters: far more than any arch of 1000 layers needs
 _ID_FORMAT = "-".join(f"{prefix}<{field}>" for prefix, field, _ in _ID_PARTS)
 
 
@@ -117,15 +118,21 @@ class Arch:
 
     @classmethod
     def from_id(cls, arch_id: str) -> Arch:
-        """Parse a canonical id; raise ValueError naming the bad part."""
+        """Parse a canonical id; raise :class:`InvalidArchError` (a ValueError) naming the bad
+        part."""
+        if not isinstance(arch_id, str):
+            raise InvalidArchError(f"bad arch id {arch_id!r}: not a string")
+        shown = arch_id if len(arch_id) <= 200 else arch_id[:200] + "..."
+        if len(arch_id) > _MAX_ID:
+            raise InvalidArchError(f"bad arch id {shown!r}: longer than {_MAX_ID} characters")
         parts = arch_id.split("-")
         if len(parts) != len(_ID_PARTS):
-            raise ValueError(f"bad arch id {arch_id!r}: expected {len(_ID_PARTS)} '-'-separated "
-                             f"parts {_ID_FORMAT}, got {len(parts)}")
+            raise InvalidArchError(f"bad arch id {shown!r}: expected {len(_ID_PARTS)} "
+                                   f"'-'-separated parts {_ID_FORMAT}, got {len(parts)}")
         for part, (prefix, field, pattern) in zip(parts, _ID_PARTS, strict=True):
-            if not (part.startswith(prefix) and re.fullmatch(pattern, part[1:])):
-                raise ValueError(f"bad arch id {arch_id!r}: part {part!r} is not "
-                                 f"{prefix}<{field}>")
+            if not (part.startswith(prefix) and re.fullmatch(pattern, part[1:], re.ASCII)):
+                raise InvalidArchError(f"bad arch id {shown!r}: part {part[:40]!r} is not "
+                                       f"{prefix}<{field}>")
         e, n_layer, heads, ratios, bias = (part[1:] for part in parts)
         try:
             arch = cls(embed_dim=int(e), n_layer=int(n_layer),
@@ -133,9 +140,11 @@ class Arch:
                        mlp_ratio=tuple(float(r) if "." in r else int(r) for r in ratios.split("_")),
                        bias=bias == "1")
         except InvalidArchError as err:
-            raise InvalidArchError(f"bad arch id {arch_id!r}: {err}") from None
+            raise InvalidArchError(f"bad arch id {shown!r}: {err}") from None
+        except (ValueError, OverflowError) as err:  # numbers beyond any space
+            raise InvalidArchError(f"bad arch id {shown!r}: {err}") from None
         if arch.id != arch_id:
-            raise ValueError(f"bad arch id {arch_id!r}: not canonical, expected {arch.id!r}")
+            raise InvalidArchError(f"bad arch id {shown!r}: not canonical, expected {arch.id!r}")
         return arch
 
 

@@ -88,7 +88,7 @@ def _positive(text: str) -> int:
 def _limit(text: str) -> int | float:
     """lm-eval's limit: a count (an integer) or a fraction below 1."""
     value = float(text)
-    if value <= 0 or (value >= 1 and not value.is_integer()):
+    if not 0 < value < float("inf") or (value >= 1 and not value.is_integer()):
         raise argparse.ArgumentTypeError(f"{text} is neither a count nor a fraction in (0, 1)")
     return int(value) if value >= 1 else value
 
