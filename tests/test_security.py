@@ -4,6 +4,7 @@ code never runs (its marker file never appears)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,13 @@ from hwgptbench import Benchmark
 from hwgptbench.compress import finetune
 from hwgptbench.compress.dense import load_dense
 from hwgptbench.data import TokenShards
-from hwgptbench.io import TorchFileError
+from hwgptbench.io import TorchFileError, sha256_file
 from hwgptbench.perplexity.evaluate import evaluate_supernets
 from hwgptbench.space import SearchSpace
 from hwgptbench.supernet import train
 from hwgptbench.surrogate import stage as surrogates
+from hwgptbench.surrogate import store
+from hwgptbench.surrogate.store import SurrogateFileError
 
 SPACE = SearchSpace.from_dict("tiny", {
     "embed_dim": [32, 64], "n_layer": [1, 2], "n_head": [2, 4], "mlp_ratio": [2, 4],
@@ -112,4 +115,16 @@ def test_benchmark_refuses_a_surrogate_holding_code(tmp_path: Path, marker: Path
     weights = next((folder / "perplexity" / "mlp_ensemble").glob("*.pt"))
     torch.save([{"weight": Hostile(marker)}], weights)
     bench = Benchmark.load("tiny", tmp_path / "results")
-    _refused(lambda: bench.query(archs[:2], "perplexity"), weights)
+    with pytest.raises(SurrogateFileError, match=f"{weights} does not match its SHA-256"):
+        bench.query(archs[:2], "perplexity")
+    reseal(weights.parent)  # a hostile folder whose manifest matches: the reader refuses it
+    _refused(lambda: Benchmark.load("tiny", tmp_path / "results").query(archs[:2],
+                                                                         "perplexity"), weights)
+
+
+def reseal(folder: Path) -> None:
+    """Rewrite a surrogate folder's manifest to match its files, as a hostile folder's would."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != store.MANIFEST)
+    (folder / store.MANIFEST).write_text(json.dumps(
+        {"format": store.FORMAT,
+         "files": {p.relative_to(folder).as_posix(): sha256_file(p) for p in files}}))

@@ -43,6 +43,7 @@ import polars as pl
 
 from . import layout, published
 from .errors import UserError
+from .io import read_json, read_parquet
 from .measure.condition import (
     CONDITION_KEYS,
     DEFAULTS,
@@ -54,7 +55,7 @@ from .schema import ANY
 from .space import Arch, SearchSpace
 from .surrogate import Surrogate
 from .surrogate.features import analytic_counts, features_of_encoded
-from .surrogate.store import METADATA, load_surrogate
+from .surrogate.store import METADATA, load_surrogate, read_metadata
 
 PERPLEXITY = "perplexity"
 # metrics of the arch alone, from the perplexity table: no device, no condition
@@ -69,6 +70,7 @@ SOURCES = ("auto", "results", "published")
 ADAPTED = "adapted"
 BEST = "best"  # the family that scored best out of fold, per (metric, device, condition)
 TARGET_KEYS = ["metric", "device", "condition"]
+TABLE_FIX = "delete it and rerun the workflow (`make run`), or pull it again (`make pull`)"
 
 
 class QueryError(UserError, ValueError):
@@ -83,9 +85,15 @@ def measured_default(params_file: Path) -> str | None:
     sequence length, dtype and launch mode (None without the file)."""
     if not params_file.exists():
         return None
-    measure = json.loads(params_file.read_text())["measure"]
-    return Condition(measure["batch_sizes"][0], measure["seq_lens"][0], measure["dtypes"][0],
-                     measure["launch"][0]).id
+    fix = "rerun the workflow (`make run` rewrites it) or delete it"
+    try:
+        measure = read_json(params_file, fix)["measure"]
+        return Condition(measure["batch_sizes"][0], measure["seq_lens"][0], measure["dtypes"][0],
+                         measure["launch"][0]).id
+    except (KeyError, IndexError, TypeError, ValueError) as err:
+        if isinstance(err, UserError):
+            raise
+        raise QueryError(f"{params_file}: no measure params ({err!r}): {fix}") from None
 
 
 def closest_conditions(conditions: Sequence[str], default: str | None) -> list[str]:
@@ -100,7 +108,7 @@ def _selected(folder: Path) -> pl.DataFrame:
     beside the surrogates (perplexity/, accuracy/ and each devices/{device}/)."""
     paths = [*(folder / metric / "quality.parquet" for metric in DEVICE_FREE),
              *sorted(folder.glob("devices/*/quality.parquet"))]
-    tables = [pl.read_parquet(p) for p in paths if p.exists()]
+    tables = [read_parquet(p, TABLE_FIX) for p in paths if p.exists()]
     if not tables or any("selected" not in t.columns for t in tables):
         raise QueryError(f"the quality tables under {folder} do not select a family (fitted "
                          "before selection existed): refit the surrogates (`make run`), or "
@@ -156,7 +164,7 @@ class Benchmark:
                                      and scale in published.scales()):
             return cls.from_published(scale, top, family)
         adapted_dir = Path(layout.adapted(scale, top))
-        measured = [pl.read_parquet(p) for p in [
+        measured = [read_parquet(p, TABLE_FIX) for p in [
             Path(layout.measurements(scale, top)),
             *sorted(Path(layout.runtime_tables(scale, top)).glob("*.parquet")),
             *sorted(adapted_dir.glob("*/*.parquet"))] if p.exists()]
@@ -164,7 +172,7 @@ class Benchmark:
         return cls._assemble(
             scale, surrogates, adapted_dir, family,
             pl.concat(measured, how="diagonal_relaxed") if measured else None,
-            pl.read_parquet(perplexity) if perplexity.exists() else None,
+            read_parquet(perplexity, TABLE_FIX) if perplexity.exists() else None,
             measured_default(Path(layout.params_sections(top)) / "measure.json"))
 
     @classmethod
@@ -191,7 +199,7 @@ class Benchmark:
         paths = [*surrogates.glob(f"**/{METADATA}"),
                  *(adapted_dir.glob(f"**/{METADATA}") if adapted_dir else [])]
         for path in sorted(paths):
-            meta = json.loads(path.read_text())
+            meta = read_metadata(path.parent)
             rows.append({"metric": meta["metric"], "device": meta["device"],
                          "condition": meta["condition"], "family": meta["family"],
                          "train_steps": meta.get("train_steps"), "folder": str(path.parent),

@@ -165,6 +165,38 @@ def write_parquet(table: pl.DataFrame, path: str | os.PathLike[str]) -> None:
         table.write_parquet(tmp)
 
 
+class CorruptFileError(UserError, ValueError):
+    """A file of an earlier stage (or given by a user) that its format's reader refuses."""
+
+
+def read_json(path: str | os.PathLike[str], fix: str) -> Any:
+    """The JSON document at path; :class:`CorruptFileError` names the file, why and ``fix``
+    (what to do: delete it and rerun its stage, or pull it again) when it is not JSON."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        reason = "nested too deep" if isinstance(err, RecursionError) else str(err)[:200]
+        raise CorruptFileError(f"{path} cannot be read as JSON ({reason}): {fix}") from None
+
+
+def read_parquet(path: str | os.PathLike[str], fix: str,
+                 columns: list[str] | None = None) -> pl.DataFrame:
+    """The parquet table at path; :class:`CorruptFileError` names the file, why and ``fix``
+    when polars cannot read it (or it lacks ``columns``)."""
+    import polars as pl
+
+    try:
+        return pl.read_parquet(Path(path), columns=columns)
+    except FileNotFoundError:
+        raise
+    except (OSError, pl.exceptions.PolarsError) as err:
+        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+        raise CorruptFileError(f"{path} cannot be read as a parquet table ({first}): {fix}"
+                               ) from None
+
+
 def sha256_file(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> str:
     """Hex SHA-256 of a file's content, read in chunks."""
     digest = hashlib.sha256()

@@ -21,6 +21,7 @@ from typing import Any
 
 from .. import __version__, layout
 from ..io import atomic_dir
+from ..surrogate.store import FORMAT as SURROGATE_FORMAT
 from ..versions import library_versions
 from . import FOLDER, device_tables, digest, perplexity_table, space, vocab_size
 
@@ -39,8 +40,10 @@ TABLE_METRICS = ("perplexity", "accuracy")
 
 
 def cache_key(scale: str, folder: str | os.PathLike[str] = FOLDER) -> str:
-    """What the cached surrogates depend on: the tables, the settings, the fitting code."""
+    """What the cached surrogates depend on: the tables, the settings, the fitting code and the
+    format of a surrogate folder (a cache of an older format is fitted afresh)."""
     text = json.dumps({"tables": digest(scale, folder), "fit": FIT, "hwgptbench": __version__,
+                       "surrogate_format": SURROGATE_FORMAT,
                        **library_versions("lightgbm", "numpy", "scikit-learn")}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

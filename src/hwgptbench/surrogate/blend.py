@@ -22,6 +22,7 @@ import numpy as np
 from . import Surrogate
 
 _MEMBERS = "members.json"
+MEMBER_FAMILIES = ("lightgbm", "mlp_ensemble", "linear")  # the fitted families a blend averages
 
 
 class BlendSurrogate:
@@ -64,8 +65,14 @@ class BlendSurrogate:
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> BlendSurrogate:
         """The blend of the members stored beside folder."""
-        from .store import load_surrogate
+        from .store import FIX, SurrogateFileError, load_surrogate
 
         folder = Path(folder)
         names = json.loads((folder / _MEMBERS).read_text())
+        # members are other families' sibling folders: never a blend, so loading is bounded
+        if (not isinstance(names, list) or len(names) < 2 or len(set(map(str, names))) != len(names)
+                or not set(map(str, names)) <= set(MEMBER_FAMILIES)):
+            raise SurrogateFileError(f"{folder / _MEMBERS}: {str(names)[:200]} is not a list of "
+                                     f"two or more of the families {', '.join(MEMBER_FAMILIES)}: "
+                                     f"{FIX}")
         return cls([load_surrogate(folder.parent / name)[0] for name in names])

@@ -125,4 +125,9 @@ def calibrated(model: Surrogate, folder: str | os.PathLike[str]) -> Surrogate:
     if not path.exists():
         return model
     document = json.loads(path.read_text())
-    return ConformalSurrogate(model, document["widening"], document["log_space"])
+    by, log_space = document["widening"], document["log_space"]
+    if (isinstance(by, bool) or not isinstance(by, (int, float)) or not math.isfinite(by)
+            or not isinstance(log_space, bool)):
+        raise ValueError(f"{path}: widening {by!r} is not a finite number or log_space "
+                         f"{log_space!r} not a bool")
+    return ConformalSurrogate(model, by, log_space)

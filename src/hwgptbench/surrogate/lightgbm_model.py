@@ -21,9 +21,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..lightgbm_core import lgb
+from ..lightgbm_core import lgb, read_booster
 from . import check_features, check_rows, from_target, to_target
 from .quality import fold_indices
+from .store import FIX
 
 log = logging.getLogger(__name__)
 
@@ -153,8 +154,8 @@ class LightGBMSurrogate:
         low, high = options["quantiles"]
         model = cls(options["params"], (low, high), options["seed"], options["log_target"],
                     options["calibration_folds"])
-        model.point = lgb.Booster(model_file=_point_file(folder))
-        model.quantile_models = [lgb.Booster(model_file=_quantile_file(folder, index))
+        model.point = read_booster(_point_file(folder), FIX)
+        model.quantile_models = [read_booster(_quantile_file(folder, index), FIX)
                                  for index in range(len(model.quantiles))]
         model.calibration = options["calibration"]
         return model

@@ -29,7 +29,8 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from ..lightgbm_core import lgb
+from ..lightgbm_core import booster_from_string, lgb
+from ..surrogate.store import FIX
 from .sources import train_booster
 
 RIDGE_ALPHAS = (1e-3, 1e-2, 0.1, 1.0, 10.0, 100.0, 1e3)
@@ -367,7 +368,7 @@ class Boost:
     def from_state(cls, state: Mapping[str, Any]) -> Boost:
         method = cls(method_from_state(state["base"], state["base_state"]), state["params"],
                      state["seed"])
-        method.booster = lgb.Booster(model_str=state["booster"])
+        method.booster = booster_from_string(state["booster"], "the boost method's state", FIX)
         return method
 
 

@@ -20,9 +20,10 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.stats import norm
 
-from ..lightgbm_core import lgb
+from ..lightgbm_core import read_booster
 from ..space import SearchSpace
 from ..surrogate import check_features, check_rows, to_target
+from ..surrogate.store import FIX
 from .methods import Design, Method, method_from_state
 from .sources import SourceModel, condition_features
 from .targets import Target
@@ -102,7 +103,7 @@ class AdaptedSurrogate:
         folder = Path(folder)
         options = json.loads((folder / _OPTIONS).read_text())
         sources = [SourceModel(Target.from_columns(target),
-                               lgb.Booster(model_file=folder / _SOURCES / f"{index}.txt"))
+                               read_booster(folder / _SOURCES / f"{index}.txt", FIX))
                    for index, target in enumerate(options["sources"])]
         return cls(SearchSpace.from_dict(options["space_name"], options["space"]),
                    options["vocab_size"], sources,
