@@ -37,14 +37,40 @@ class RestrictedUnpickler(pickle.Unpickler):
         self._refuse(f"the persistent id {pid!r}")
 
 
+MAX_DEPTH = 64  # containers within containers: the published rows nest 4 deep
+
+
+def _depth_exceeds(obj: Any, limit: int) -> bool:
+    """Whether containers nest deeper than limit in obj (iteratively: such an object would
+    make any recursive reader of it, even its repr, raise RecursionError)."""
+    stack = [(obj, 1)]
+    seen: set[int] = set()
+    while stack:
+        item, depth = stack.pop()
+        if not isinstance(item, (list, tuple, dict, set, frozenset)) or id(item) in seen:
+            continue
+        if depth > limit:
+            return True
+        seen.add(id(item))
+        children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def load(path: str | Path, rev: str) -> Any:
     """The object pickled in ``path`` (from revision ``rev``), read with
-    :class:`RestrictedUnpickler`."""
+    :class:`RestrictedUnpickler`; containers may nest at most :data:`MAX_DEPTH` deep."""
     with open(path, "rb") as handle:
         try:
-            return RestrictedUnpickler(handle, str(path), rev).load()
+            obj = RestrictedUnpickler(handle, str(path), rev).load()
         except PublishedDataError:
             raise
-        except Exception as err:  # truncated or not a pickle at all
+        except Exception as err:  # truncated or not a pickle at all (RecursionError too)
             raise PublishedDataError(f"{path} (revision {rev}) is not a readable pickle: "
-                                     f"{type(err).__name__}: {err}") from None
+                                     f"{type(err).__name__}: {str(err)[:200]}") from None
+    if _depth_exceeds(obj, MAX_DEPTH):
+        raise PublishedDataError(f"{path} (revision {rev}) nests containers deeper than "
+                                 f"{MAX_DEPTH} levels, which HW-GPT-Bench's plain rows never "
+                                 "do; check where the file came from (hwgptbench "
+                                 "fetch-hwgptbench imports it from the repository)")
+    return obj
