@@ -10,7 +10,17 @@ from the project root).
 
 from __future__ import annotations
 
+import logging
+import re
+from pathlib import Path
+
 RESULTS = "results"
+# a device label: the pattern of params' measure.device (the schema); a table's file name
+# gives its label, and names the workflow's shell lines, so no other name is read as one
+DEVICE_LABEL = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+_log = logging.getLogger(__name__)
+_skipped: set[str] = set()  # files already named in a warning
 
 
 # -- the data stage and the params the workflow mirrors ------------------------------------
@@ -87,6 +97,22 @@ def device_table(scale: str, device: str, results: str = RESULTS) -> str:
 
 
 PUBLISHED = "devices"  # tables published from other machines, beside results/ (versioned)
+
+
+def labelled_tables(folder: str) -> dict[str, str]:
+    """The ``*.parquet`` tables in folder by device label (their file names' stems). A file
+    whose stem is not a device label (:data:`DEVICE_LABEL`) is named in a warning and skipped,
+    so that a name from outside never becomes a device, a job or an argument."""
+    tables = {}
+    for path in sorted(Path(folder).glob("*.parquet")):
+        if DEVICE_LABEL.fullmatch(path.stem):
+            tables[path.stem] = str(path)
+        elif str(path) not in _skipped:
+            _skipped.add(str(path))
+            _log.warning("skipping %r: its name is not a device label (lowercase letters, "
+                        "digits and -, as measure.device), so it is no device's table; rename "
+                        "it to LABEL.parquet to use it", str(path))
+    return tables
 
 
 def published_tables(scale: str, published: str = PUBLISHED) -> str:

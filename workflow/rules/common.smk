@@ -23,8 +23,10 @@ DATA_INPUT = {} if IMPORTED else {"data": DATA_DIR}
 
 
 def vocab_flag(wildcards, input):
-    """Where a command takes the vocabulary size: the data stage, or the import's params."""
-    return f"--vocab-size {HWGPTBENCH['vocab_size']}" if IMPORTED else f"--data {input.data}"
+    """Where a command takes the vocabulary size: the data stage, or the import's params (the
+    arguments of a shell line, each quoted by `{params.vocab:q}`)."""
+    return (["--vocab-size", str(HWGPTBENCH["vocab_size"])] if IMPORTED
+            else ["--data", input.data])
 
 
 @cache
@@ -58,8 +60,9 @@ wildcard_constraints:
 
 
 def published_tables(scale):
-    """Device tables published with `hwgptbench publish-device` (label -> path)."""
-    return {p.stem: str(p) for p in sorted(Path(layout.published_tables(scale)).glob("*.parquet"))}
+    """Device tables published with `hwgptbench publish-device` (label -> path); a file whose
+    name is no device label is skipped with a warning (layout.labelled_tables)."""
+    return layout.labelled_tables(layout.published_tables(scale))
 
 
 def device_table(scale, device):
@@ -70,7 +73,7 @@ def device_table(scale, device):
 
 def device_labels(scale):
     """Every device of a scale: measured by this run, published, or already present."""
-    present = {p.stem for p in Path(layout.device_tables(scale)).glob("*.parquet")}
+    present = set(layout.labelled_tables(layout.device_tables(scale)))
     return sorted(present | set(published_tables(scale)) | set(MEASURED_DEVICES))
 
 
@@ -81,7 +84,7 @@ def device_tables(scale):
 
 def runtime_labels(scale):
     """Devices with a runtime table: measured by this run, or already present (pulled)."""
-    present = {p.stem for p in Path(layout.runtime_tables(scale)).glob("*.parquet")}
+    present = set(layout.labelled_tables(layout.runtime_tables(scale)))
     return sorted(present | set(MEASURED_DEVICES))
 
 
@@ -107,9 +110,10 @@ def results_folder(wildcards, input):
 
 
 def params_flags(wildcards, input):
-    """`--params FILE` for each params-section file among a rule's inputs."""
+    """`--params FILE` for each params-section file among a rule's inputs (arguments, each
+    quoted by `{params.files:q}`)."""
     files = [input.params] if isinstance(input.params, str) else input.params
-    return " ".join(f"--params {f}" for f in files)
+    return [arg for f in files for arg in ("--params", f)]
 
 
 def corpus_files(corpus):

@@ -22,8 +22,8 @@ rule compress_dense:
     log:
         layout.log("compress", "dense"),
     shell:
-        "hwgptbench compress-dense {params.files} --data {input.data} --out {output}"
-        " --work-dir {params.work_dir} 2>&1 | tee {log}"
+        "hwgptbench compress-dense {params.files:q} --data {input.data:q} --out {output:q}"
+        " --work-dir {params.work_dir:q} 2>&1 | tee {log:q}"
 
 
 rule compress_finetune:
@@ -45,8 +45,9 @@ rule compress_finetune:
     log:
         layout.log("compress", "finetune"),
     shell:
-        "hwgptbench compress-finetune {params.files} --data {input.data} --dense {input.dense}"
-        " --out $(dirname {output.model}) --work-dir {params.work_dir} 2>&1 | tee {log}"
+        "hwgptbench compress-finetune {params.files:q} --data {input.data:q}"
+        " --dense {input.dense:q}"
+        ' --out "$(dirname {output.model:q})" --work-dir {params.work_dir:q} 2>&1 | tee {log:q}'
 
 
 rule compress_search:
@@ -65,9 +66,9 @@ rule compress_search:
     log:
         layout.log("compress", "search"),
     shell:
-        "hwgptbench compress-search {params.files} --data {input.data}"
-        " --supernet {input.supernet} --runs-out {output.runs} --subnets-out {output.subnets}"
-        " 2>&1 | tee {log}"
+        "hwgptbench compress-search {params.files:q} --data {input.data:q}"
+        " --supernet {input.supernet:q} --runs-out {output.runs:q} --subnets-out {output.subnets:q}"
+        " 2>&1 | tee {log:q}"
 
 
 rule compress_table:
@@ -88,8 +89,9 @@ rule compress_table:
     log:
         layout.log("compress", "table"),
     shell:
-        "hwgptbench compress-table {params.files} --data {input.data} --dense {input.dense}"
-        " --supernet {input.supernet} --subnets {input.subnets} --out {output} 2>&1 | tee {log}"
+        "hwgptbench compress-table {params.files:q} --data {input.data:q} --dense {input.dense:q}"
+        " --supernet {input.supernet:q} --subnets {input.subnets:q} --out {output:q}"
+        " 2>&1 | tee {log:q}"
 
 
 rule compress_seed:
@@ -111,9 +113,9 @@ rule compress_seed:
     log:
         layout.log("compress", "seed-{index}"),
     shell:
-        "hwgptbench compress-seed {params.files} --seed-index {wildcards.index}"
-        " --data {input.data} --dense {input.dense} --out {output}"
-        " --work-dir {params.work_dir} 2>&1 | tee {log}"
+        "hwgptbench compress-seed {params.files:q} --seed-index {wildcards.index:q}"
+        " --data {input.data:q} --dense {input.dense:q} --out {output:q}"
+        " --work-dir {params.work_dir:q} 2>&1 | tee {log:q}"
 
 
 rule compress_finetune_methods:
@@ -132,8 +134,8 @@ rule compress_finetune_methods:
     log:
         layout.log("compress", "finetune_methods"),
     shell:
-        "hwgptbench compress-finetune-methods {params.files} --dense {input.dense}"
-        " --out {output} 2>&1 | tee {log}"
+        "hwgptbench compress-finetune-methods {params.files:q} --dense {input.dense:q}"
+        " --out {output:q} 2>&1 | tee {log:q}"
 
 
 rule compress:
@@ -156,6 +158,7 @@ rule compress:
     log:
         layout.log("compress", "figures"),
     shell:
-        "hwgptbench compress-figures --table {input.table} --subnets {input.subnets}"
-        " --runs {input.runs} --seed-tables {input.seeds} --out-dir $(dirname {output.figure})"
-        " 2>&1 | tee {log}"
+        "hwgptbench compress-figures --table {input.table:q} --subnets {input.subnets:q}"
+        " --runs {input.runs:q} --seed-tables {input.seeds:q}"
+        ' --out-dir "$(dirname {output.figure:q})"'
+        " 2>&1 | tee {log:q}"

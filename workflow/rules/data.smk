@@ -10,4 +10,4 @@ rule data:
     log:
         layout.log("data"),
     shell:
-        "hwgptbench data {params.files} --out {output} 2>&1 | tee {log}"
+        "hwgptbench data {params.files:q} --out {output:q} 2>&1 | tee {log:q}"

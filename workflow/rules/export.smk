@@ -18,5 +18,6 @@ rule compress_export:
     log:
         layout.log("compress", "export"),
     shell:
-        "hwgptbench export-pareto {params.files} --data {input.data}"
-        " --supernet {input.supernet} --subnets {input.subnets} --out {output} 2>&1 | tee {log}"
+        "hwgptbench export-pareto {params.files:q} --data {input.data:q}"
+        " --supernet {input.supernet:q} --subnets {input.subnets:q} --out {output:q}"
+        " 2>&1 | tee {log:q}"

@@ -32,8 +32,8 @@ rule figures_of_scale:
     log:
         layout.log("{scale}", "figures"),
     shell:
-        "hwgptbench figures --scale {wildcards.scale} --results {params.results} {input.runs}"
-        " 2>&1 | tee {log}"
+        "hwgptbench figures --scale {wildcards.scale:q} --results {params.results:q} {input.runs:q}"
+        " 2>&1 | tee {log:q}"
 
 
 rule figures:

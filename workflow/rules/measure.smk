@@ -22,9 +22,9 @@ rule measure:
     log:
         layout.log("{scale}", "measure-{device}-{shard}"),
     shell:
-        "hwgptbench measure --scale {wildcards.scale} {params.files} {params.vocab}"
-        " --archs {input.archs} --device {wildcards.device}"
-        " --shard {wildcards.shard}/{params.shards} --out {output} 2>&1 | tee {log}"
+        "hwgptbench measure --scale {wildcards.scale:q} {params.files:q} {params.vocab:q}"
+        " --archs {input.archs:q} --device {wildcards.device:q}"
+        " --shard {wildcards.shard:q}/{params.shards:q} --out {output:q} 2>&1 | tee {log:q}"
 
 
 rule measure_device:
@@ -38,7 +38,7 @@ rule measure_device:
     log:
         layout.log("{scale}", "measure_device-{device}"),
     shell:
-        "hwgptbench merge-shards --out {output} {input} 2>&1 | tee {log}"
+        "hwgptbench merge-shards --out {output:q} {input:q} 2>&1 | tee {log:q}"
 
 
 rule measurements:
@@ -54,5 +54,5 @@ rule measurements:
     log:
         layout.log("{scale}", "measurements"),
     shell:
-        "mkdir -p {params.measure_dir} && hwgptbench merge-devices"
-        " --out {output} {input} 2>&1 | tee {log}"
+        "mkdir -p {params.measure_dir:q} && hwgptbench merge-devices"
+        " --out {output:q} {input:q} 2>&1 | tee {log:q}"

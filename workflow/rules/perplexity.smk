@@ -11,8 +11,8 @@ if IMPORTED:
             report=layout.import_report("{scale}"),
         params:
             files=params_flags,
-            source=(f"--source-url {HWGPTBENCH['source_url']}" if HWGPTBENCH["source_url"]
-                    else ""),
+            source=(["--source-url", HWGPTBENCH["source_url"]] if HWGPTBENCH["source_url"]
+                    else []),
             url=HWGPTBENCH["url"],
             rev=HWGPTBENCH["rev"],
             imported=HWGPTBENCH["files"],
@@ -22,12 +22,12 @@ if IMPORTED:
         log:
             layout.log("{scale}", "perplexity"),
         shell:
-            "(hwgptbench fetch-hwgptbench --scale {wildcards.scale} --url {params.url}"
-            " --rev {params.rev} --out {params.imported} &&"
-            " hwgptbench import-perplexity --scale {wildcards.scale} {params.files}"
-            " --files {params.imported} --rev {params.rev} {params.source}"
-            " --vocab-size {params.vocab_size} --out {output.table}"
-            " --report {output.report}) 2>&1 | tee {log}"
+            "(hwgptbench fetch-hwgptbench --scale {wildcards.scale:q} --url {params.url:q}"
+            " --rev {params.rev:q} --out {params.imported:q} &&"
+            " hwgptbench import-perplexity --scale {wildcards.scale:q} {params.files:q}"
+            " --files {params.imported:q} --rev {params.rev:q} {params.source:q}"
+            " --vocab-size {params.vocab_size:q} --out {output.table:q}"
+            " --report {output.report:q}) 2>&1 | tee {log:q}"
 
 else:
 
@@ -49,5 +49,6 @@ else:
         log:
             layout.log("{scale}", "perplexity"),
         shell:
-            "hwgptbench perplexity --scale {wildcards.scale} {params.files} --data {input.data}"
-            " --supernet {input.supernet} --archs {input.archs} --out {output} 2>&1 | tee {log}"
+            "hwgptbench perplexity --scale {wildcards.scale:q} {params.files:q}"
+            " --data {input.data:q} --supernet {input.supernet:q} --archs {input.archs:q}"
+            " --out {output:q} 2>&1 | tee {log:q}"

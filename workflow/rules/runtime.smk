@@ -22,10 +22,10 @@ rule runtime:
     log:
         layout.log("{scale}", "runtime-{device}"),
     shell:
-        "hwgptbench runtime --scale {wildcards.scale} {params.files} {params.vocab}"
-        " --archs {input.archs} --device {wildcards.device} --out {output.runtime}"
-        " --breakdown-out {output.breakdown} --serving-out {output.serving}"
-        " --parallel-out {output.parallel} 2>&1 | tee {log}"
+        "hwgptbench runtime --scale {wildcards.scale:q} {params.files:q} {params.vocab:q}"
+        " --archs {input.archs:q} --device {wildcards.device:q} --out {output.runtime:q}"
+        " --breakdown-out {output.breakdown:q} --serving-out {output.serving:q}"
+        " --parallel-out {output.parallel:q} 2>&1 | tee {log:q}"
 
 
 rule runtime_merged:
@@ -48,8 +48,8 @@ rule runtime_merged:
     log:
         layout.log("{scale}", "runtime_merged"),
     shell:
-        "mkdir -p {params.dirs} &&"
-        " hwgptbench merge-runtime --out {output.runtime} --breakdown-out {output.breakdown}"
-        " --serving-out {output.serving} --parallel-out {output.parallel}"
-        " --runtime {input.runtime} --breakdown {input.breakdown} --serving {input.serving}"
-        " --parallel {input.parallel} 2>&1 | tee {log}"
+        "mkdir -p {params.dirs:q} &&"
+        " hwgptbench merge-runtime --out {output.runtime:q} --breakdown-out {output.breakdown:q}"
+        " --serving-out {output.serving:q} --parallel-out {output.parallel:q}"
+        " --runtime {input.runtime:q} --breakdown {input.breakdown:q} --serving {input.serving:q}"
+        " --parallel {input.parallel:q} 2>&1 | tee {log:q}"

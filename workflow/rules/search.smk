@@ -21,9 +21,9 @@ rule search_reference:
     log:
         layout.log("{scale}", "search-{objectives}-{device}-reference"),
     shell:
-        "hwgptbench search-reference --scale {wildcards.scale} {params.files}"
-        " --results {params.results} --objectives {wildcards.objectives}"
-        " --device {wildcards.device} --out {output} 2>&1 | tee {log}"
+        "hwgptbench search-reference --scale {wildcards.scale:q} {params.files:q}"
+        " --results {params.results:q} --objectives {wildcards.objectives:q}"
+        " --device {wildcards.device:q} --out {output:q} 2>&1 | tee {log:q}"
 
 
 rule search:
@@ -40,10 +40,11 @@ rule search:
     log:
         layout.log("{scale}", "search-{objectives}-{device}-{algorithm}"),
     shell:
-        "hwgptbench search --scale {wildcards.scale} {params.files} --results {params.results}"
-        " --objectives {wildcards.objectives} --device {wildcards.device}"
-        " --algorithm {wildcards.algorithm} --reference {input.reference}"
-        " --threads {threads} --out {output} 2>&1 | tee {log}"
+        "hwgptbench search --scale {wildcards.scale:q} {params.files:q}"
+        " --results {params.results:q}"
+        " --objectives {wildcards.objectives:q} --device {wildcards.device:q}"
+        " --algorithm {wildcards.algorithm:q} --reference {input.reference:q}"
+        " --threads {threads} --out {output:q} 2>&1 | tee {log:q}"
 
 
 rule search_summary:
@@ -63,5 +64,5 @@ rule search_summary:
     log:
         layout.log("{scale}", "search_summary"),
     shell:
-        "hwgptbench search-summary {params.files} --out-dir $(dirname {output.summary})"
-        " --metrics-out {output.metrics} {input.runs} 2>&1 | tee {log}"
+        'hwgptbench search-summary {params.files:q} --out-dir "$(dirname {output.summary:q})"'
+        " --metrics-out {output.metrics:q} {input.runs:q} 2>&1 | tee {log:q}"

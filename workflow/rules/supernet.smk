@@ -13,8 +13,9 @@ rule supernet:
     params:
         files=params_flags,
         # supernet.processes > 1: one process per GPU under torchrun (batch_size is global)
-        launcher=(f"torchrun --standalone --nproc_per_node {config['supernet']['processes']}"
-                  " -m hwgptbench.cli" if config["supernet"]["processes"] > 1 else "hwgptbench"),
+        launcher=(["torchrun", "--standalone", "--nproc_per_node",
+                   str(config["supernet"]["processes"]), "-m", "hwgptbench.cli"]
+                  if config["supernet"]["processes"] > 1 else ["hwgptbench"]),
         work_dir=lambda wc: layout.train_work(wc.scale),
     threads: workflow.cores  # torch uses every core
     resources:
@@ -22,9 +23,10 @@ rule supernet:
     log:
         layout.log("{scale}", "supernet"),
     shell:
-        "{params.launcher} train --scale {wildcards.scale} {params.files} --data {input.data}"
-        " --out $(dirname {output.model}) --work-dir {params.work_dir}"
-        " 2>&1 | tee {log}"
+        "{params.launcher:q} train --scale {wildcards.scale:q} {params.files:q}"
+        " --data {input.data:q}"
+        ' --out "$(dirname {output.model:q})" --work-dir {params.work_dir:q}'
+        " 2>&1 | tee {log:q}"
 
 
 rule sample_archs:
@@ -39,9 +41,9 @@ rule sample_archs:
     params:
         files=params_flags,
         vocab=vocab_flag,
-        among=lambda wc, input: f"--from-table {input.table}" if IMPORTED else "",
+        among=lambda wc, input: ["--from-table", input.table] if IMPORTED else [],
     log:
         layout.log("{scale}", "sample_archs"),
     shell:
-        "hwgptbench sample --scale {wildcards.scale} {params.files} {params.vocab}"
-        " {params.among} --out {output} 2>&1 | tee {log}"
+        "hwgptbench sample --scale {wildcards.scale:q} {params.files:q} {params.vocab:q}"
+        " {params.among:q} --out {output:q} 2>&1 | tee {log:q}"

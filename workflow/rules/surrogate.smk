@@ -13,8 +13,8 @@ rule surrogates_perplexity:
     log:
         layout.log("{scale}", "surrogates_perplexity"),
     shell:
-        "hwgptbench fit-surrogates --scale {wildcards.scale} {params.files} {params.vocab}"
-        " --perplexity {input.perplexity} --out {output} 2>&1 | tee {log}"
+        "hwgptbench fit-surrogates --scale {wildcards.scale:q} {params.files:q} {params.vocab:q}"
+        " --perplexity {input.perplexity:q} --out {output:q} 2>&1 | tee {log:q}"
 
 
 rule surrogates_device:
@@ -33,9 +33,9 @@ rule surrogates_device:
     log:
         layout.log("{scale}", "surrogates-{device}"),
     shell:
-        "hwgptbench fit-surrogates --scale {wildcards.scale} {params.files} {params.vocab}"
-        " --measurements {input.measurements} --runtime {input.runtime} --out {output}"
-        " 2>&1 | tee {log}"
+        "hwgptbench fit-surrogates --scale {wildcards.scale:q} {params.files:q} {params.vocab:q}"
+        " --measurements {input.measurements:q} --runtime {input.runtime:q} --out {output:q}"
+        " 2>&1 | tee {log:q}"
 
 
 rule surrogate_quality:
@@ -50,10 +50,10 @@ rule surrogate_quality:
         predictions=layout.predictions("{scale}"),
         metrics=layout.surrogate_metrics("{scale}"),
     params:
-        tables=lambda wc, input: " ".join(f"{d}/quality.parquet"
-                                          for d in [input.perplexity, *input.devices]),
+        tables=lambda wc, input: [f"{d}/quality.parquet"
+                                  for d in [input.perplexity, *input.devices]],
     log:
         layout.log("{scale}", "surrogate_quality"),
     shell:
-        "hwgptbench merge-quality --scale {wildcards.scale} --out {output.table}"
-        " --metrics-out {output.metrics} {params.tables} 2>&1 | tee {log}"
+        "hwgptbench merge-quality --scale {wildcards.scale:q} --out {output.table:q}"
+        " --metrics-out {output.metrics:q} {params.tables:q} 2>&1 | tee {log:q}"

@@ -14,6 +14,6 @@ rule transfer:
     log:
         layout.log("{scale}", "transfer"),
     shell:
-        "hwgptbench transfer --scale {wildcards.scale} {params.files} {params.vocab}"
-        " --measurements {input.measurements} --out {output.quality}"
-        " --summary-out {output.summary} 2>&1 | tee {log}"
+        "hwgptbench transfer --scale {wildcards.scale:q} {params.files:q} {params.vocab:q}"
+        " --measurements {input.measurements:q} --out {output.quality:q}"
+        " --summary-out {output.summary:q} 2>&1 | tee {log:q}"
