@@ -20,10 +20,12 @@ def cmd_export(args: argparse.Namespace) -> None:
     model.onnx and a Hugging Face folder, each checked against the model's logits; manifest.json
     records the files, checks and formats skipped."""
     from ..io import check_output_dir
+    from ..space import Arch
     from .manifest import FILE
     from .write import export_arch, load_source
 
-    check_output_dir(args.out, FILE, "export")  # before the checkpoint is read
+    Arch.from_id(args.arch)  # bad input is refused before the checkpoint is read
+    check_output_dir(args.out, FILE, "export")
     model, info = load_source(args.checkpoint, args.arch)
     source = {"name": args.source_name, **info} if args.source_name else info
     manifest = export_arch(model, args.out, args.formats, source, args.tokenizer)

@@ -22,6 +22,10 @@ from typing import Protocol, TypeVar
 import numpy as np
 
 S = TypeVar("S", bound="Surrogate")
+# what to do about a surrogate folder that cannot be read (its loaders' errors end with it)
+FIX = ("refit the surrogates (`make run`, which reruns the surrogates stage) or pull them "
+       "again (`make pull`); a cache of the shipped tables (results/published/) is refitted "
+       "once deleted")
 
 
 class Surrogate(Protocol):

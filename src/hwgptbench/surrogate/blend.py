@@ -19,7 +19,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from . import Surrogate
+from ..io import read_json
+from . import FIX, Surrogate
 
 _MEMBERS = "members.json"
 MEMBER_FAMILIES = ("lightgbm", "mlp_ensemble", "linear")  # the fitted families a blend averages
@@ -65,10 +66,10 @@ class BlendSurrogate:
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> BlendSurrogate:
         """The blend of the members stored beside folder."""
-        from .store import FIX, SurrogateFileError, load_surrogate
+        from .store import SurrogateFileError, load_surrogate
 
         folder = Path(folder)
-        names = json.loads((folder / _MEMBERS).read_text())
+        names = read_json(folder / _MEMBERS, FIX)
         # members are other families' sibling folders: never a blend, so loading is bounded
         if (not isinstance(names, list) or len(names) < 2 or len(set(map(str, names))) != len(names)
                 or not set(map(str, names)) <= set(MEMBER_FAMILIES)):

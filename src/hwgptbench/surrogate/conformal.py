@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import Surrogate, from_target, to_target
+from ..io import read_json
+from . import FIX, Surrogate, from_target, to_target
 
 CALIBRATION = "conformal.json"
 
@@ -124,7 +125,7 @@ def calibrated(model: Surrogate, folder: str | os.PathLike[str]) -> Surrogate:
     path = Path(folder) / CALIBRATION
     if not path.exists():
         return model
-    document = json.loads(path.read_text())
+    document = read_json(path, FIX)
     by, log_space = document["widening"], document["log_space"]
     if (isinstance(by, bool) or not isinstance(by, (int, float)) or not math.isfinite(by)
             or not isinstance(log_space, bool)):

@@ -21,10 +21,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..io import read_json
 from ..lightgbm_core import lgb, read_booster
-from . import check_features, check_rows, from_target, to_target
+from . import FIX, check_features, check_rows, from_target, to_target
 from .quality import fold_indices
-from .store import FIX
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ class LightGBMSurrogate:
     def load(cls, folder: str | os.PathLike[str]) -> LightGBMSurrogate:
         """Read a model written by :meth:`save`."""
         folder = Path(folder)
-        options = json.loads((folder / _OPTIONS).read_text())
+        options = read_json(folder / _OPTIONS, FIX)
         low, high = options["quantiles"]
         model = cls(options["params"], (low, high), options["seed"], options["log_target"],
                     options["calibration_folds"])

@@ -21,7 +21,8 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.stats import norm
 
-from . import check_features, check_rows, from_target, to_target
+from ..io import read_json
+from . import FIX, check_features, check_rows, from_target, to_target
 
 _MODEL = "linear.json"
 
@@ -94,7 +95,7 @@ class LinearSurrogate:
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> LinearSurrogate:
         """Read a model written by :meth:`save`."""
-        document = json.loads((Path(folder) / _MODEL).read_text())
+        document = read_json(Path(folder) / _MODEL, FIX)
         model = cls(document["coverage"], document["log_target"])
         model.state = document["state"]
         return model

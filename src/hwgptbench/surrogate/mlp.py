@@ -35,8 +35,8 @@ import torch
 from scipy.stats import norm
 from torch import nn
 
-from ..io import load_torch
-from . import check_features, check_rows, from_target, to_target
+from ..io import load_torch, read_json
+from . import FIX, check_features, check_rows, from_target, to_target
 
 log = logging.getLogger(__name__)
 
@@ -242,13 +242,12 @@ class MLPEnsembleSurrogate:
     def load(cls, folder: str | os.PathLike[str]) -> MLPEnsembleSurrogate:
         """Read a model written by :meth:`save`."""
         folder = Path(folder)
-        document = json.loads((folder / _OPTIONS).read_text())
+        document = read_json(folder / _OPTIONS, FIX)
         model = cls(**document["options"])
         model.stats = document["stats"]
         nets = [_network(model.stats["n_features"], model.hidden, model.layers)
                 for _ in range(model.members)]
-        states = load_torch(folder / _WEIGHTS, "delete the surrogate folder and rerun the "
-                            "surrogates stage, or `make pull` to fetch it again")
+        states = load_torch(folder / _WEIGHTS, FIX)
         for net, state in zip(nets, states, strict=True):
             net.load_state_dict(state)
         model.members_net = _Members(nets)

@@ -26,16 +26,13 @@ from .. import __version__
 from ..errors import UserError
 from ..io import CorruptFileError, atomic_dir, canonical_json, read_json, sha256_file
 from ..space import SearchSpace
-from . import Surrogate
+from . import FIX, Surrogate
 from .conformal import calibrated
 from .features import feature_names
 
 METADATA = "metadata.json"
 MANIFEST = "manifest.json"  # the SHA-256 of every other file of the folder
 FORMAT = "hwgptbench-surrogate/2"  # 2: with the manifest
-FIX = ("refit the surrogates (`make run`, which reruns the surrogates stage) or pull them "
-       "again (`make pull`); a cache of the shipped tables (results/published/) is refitted "
-       "once deleted")
 REQUIRED_KEYS = ("space_name", "space", "feature_args", "metric", "device",
                  "device_fingerprint", "condition", "training_rows")
 FEATURE_ARGS = ("vocab_size", "batch_size", "seq_len")

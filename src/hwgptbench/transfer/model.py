@@ -20,10 +20,10 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.stats import norm
 
+from ..io import read_json
 from ..lightgbm_core import read_booster
 from ..space import SearchSpace
-from ..surrogate import check_features, check_rows, to_target
-from ..surrogate.store import FIX
+from ..surrogate import FIX, check_features, check_rows, to_target
 from .methods import Design, Method, method_from_state
 from .sources import SourceModel, condition_features
 from .targets import Target
@@ -101,7 +101,7 @@ class AdaptedSurrogate:
     def load(cls, folder: str | os.PathLike[str]) -> AdaptedSurrogate:
         """Read a model written by :meth:`save`."""
         folder = Path(folder)
-        options = json.loads((folder / _OPTIONS).read_text())
+        options = read_json(folder / _OPTIONS, FIX)
         sources = [SourceModel(Target.from_columns(target),
                                read_booster(folder / _SOURCES / f"{index}.txt", FIX))
                    for index, target in enumerate(options["sources"])]
