@@ -409,22 +409,25 @@ def test_conditions_from_params() -> None:
 
 
 def test_interleaved_latency_times_every_callable_equally() -> None:
+    """Callables that each use a fixed amount of CPU time: their CPU-time medians keep the
+    1:2:4 proportions however busy the machine is (a wall-clock spin would not)."""
     calls = [0, 0, 0]
 
     def busy(i: int, seconds: float) -> None:
         calls[i] += 1
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
             pass
 
     fns = [lambda i=i, s=s: busy(i, s) for i, s in enumerate((0.0005, 0.001, 0.002))]
     stats = measure_latency_interleaved(fns, CPU, warmup=2, min_repeats=8, max_repeats=50,
-                                        max_seconds=0.5, seed=1)
+                                        max_seconds=0.5, seed=1, estimator="cpu_median")
     assert len({row["latency_n"] for row in stats}) == 1 and stats[0]["latency_n"] >= 8
     visits = stats[0]["latency_n"] // latency.VISIT_CALLS
     assert calls[0] == calls[1] == calls[2] == stats[0]["latency_n"] + visits + 2
     medians = [row["latency_ms"] for row in stats]
     assert medians == sorted(medians) and 1.5 < medians[2] / medians[1] < 2.5
+    assert all(row["latency_estimator"] == "cpu_median" for row in stats)
 
 
 def test_drift_is_divided_out_of_interleaved_samples() -> None:

@@ -193,11 +193,11 @@ def test_cli_queries_a_fresh_folder(published_s: Path, tmp_path: Path) -> None:
     shipped = published.perplexity_table("s").row(0, named=True)
     assert row["perplexity"] == pytest.approx(shipped["perplexity"], rel=1e-12)
     assert row["params"] == shipped["params"] and row["latency_ms"] > 0
-    m_arch = published.perplexity_table("m")["arch_id"][0]
+    l_arch = published.perplexity_table("l")["arch_id"][0]
     for metrics, code in ((["perplexity"], 0), (["latency_ms"], 2)):
         result = subprocess.run(
-            [sys.executable, "-m", "hwgptbench.cli", "query", "--scale", "m", "--results",
-             str(published_s), *[f"--metric={m}" for m in metrics], "--arch", m_arch],
+            [sys.executable, "-m", "hwgptbench.cli", "query", "--scale", "l", "--results",
+             str(published_s), *[f"--metric={m}" for m in metrics], "--arch", l_arch],
             cwd=tmp_path, capture_output=True, text=True, timeout=120)
         assert result.returncode == code, result.stderr
         assert "Traceback" not in result.stderr
