@@ -473,7 +473,7 @@ ID_LIKE = st.from_regex(r"e[0-9]{1,5}-l[0-9]{1,3}-h[0-9_]{1,12}-r[0-9._]{1,12}-b
                         fullmatch=True)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, database=None)
 @given(st.one_of(st.text(max_size=60), ID_LIKE))
 def test_any_string_is_an_arch_id_or_refused(text: str) -> None:
     try:
@@ -500,7 +500,8 @@ def _overlays() -> st.SearchStrategy[dict[str, Any]]:
         lambda changes: {section: {key: value} for (section, key), value in changes})
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(_overlays())
 def test_any_params_overlay_is_valid_or_one_params_error(over: dict[str, Any]) -> None:
     try:
@@ -509,8 +510,8 @@ def test_any_params_overlay_is_valid_or_one_params_error(over: dict[str, Any]) -
         assert isinstance(err, UserError) and "nothing was written" in str(err)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[
-    HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.text(max_size=80))
 def test_any_overlay_file_is_read_or_one_params_error(tmp_path: Path, text: str) -> None:
     path = tmp_path / "overlay.yaml"
