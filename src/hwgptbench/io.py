@@ -165,6 +165,13 @@ def write_parquet(table: pl.DataFrame, path: str | os.PathLike[str]) -> None:
         table.write_parquet(tmp)
 
 
+def first_line(err: BaseException, limit: int = 200) -> str:
+    """The first line of an exception's message (at most ``limit`` characters), or its type's
+    name when it has none: what a one-line error message quotes of a library's error."""
+    text = str(err).strip()
+    return text.splitlines()[0][:limit] if text else type(err).__name__
+
+
 class CorruptFileError(UserError, ValueError):
     """A file of an earlier stage (or given by a user) that its format's reader refuses."""
 
@@ -192,9 +199,8 @@ def read_parquet(path: str | os.PathLike[str], fix: str,
     except FileNotFoundError:
         raise
     except (OSError, pl.exceptions.PolarsError) as err:
-        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
-        raise CorruptFileError(f"{path} cannot be read as a parquet table ({first}): {fix}"
-                               ) from None
+        raise CorruptFileError(f"{path} cannot be read as a parquet table ({first_line(err)}): "
+                               f"{fix}") from None
 
 
 def sha256_file(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> str:
@@ -253,5 +259,4 @@ def load_torch(path: str | os.PathLike[str], fix: str, device: Any = "cpu",
     except pickle.UnpicklingError as err:
         raise TorchFileError(f"{path} cannot be read ({refusal_reason(err)}): {fix}") from err
     except (RuntimeError, EOFError, OSError, ValueError) as err:
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise TorchFileError(f"{path} cannot be read ({first_line}): {fix}") from err
+        raise TorchFileError(f"{path} cannot be read ({first_line(err, 1000)}): {fix}") from err

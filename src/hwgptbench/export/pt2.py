@@ -28,6 +28,7 @@ from torch import Tensor
 from torch.export import Dim, ExportedProgram
 
 from ..errors import UserError
+from ..io import first_line
 from ..model import GPT
 from .check import Logits
 
@@ -211,8 +212,7 @@ def load(folder: Path) -> Logits:
     try:
         module = torch.export.load(io.BytesIO(data)).module()
     except Exception as err:  # a plain archive that torch cannot read: bad input all the same
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise Pt2ArchiveError(f"{path} cannot be read ({first[:200]}): {FIX}") from err
+        raise Pt2ArchiveError(f"{path} cannot be read ({first_line(err)}): {FIX}") from err
 
     @torch.no_grad()
     def run(ids: Tensor) -> Tensor:

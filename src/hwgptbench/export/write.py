@@ -14,7 +14,7 @@ import torch
 from torch.export import ExportedProgram
 
 from ..errors import UserError
-from ..io import atomic_dir, check_output_dir, load_torch, sha256_file
+from ..io import atomic_dir, check_output_dir, first_line, load_torch, sha256_file
 from ..model import GPT
 from ..space import Arch
 from . import hf, manifest, onnx_export, pt2
@@ -56,10 +56,9 @@ def _load(fmt: str, folder: Path) -> Logits:
     except (ImportError, UserError):
         raise
     except Exception as err:  # the library's own error for a file it cannot read
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         where = folder / (onnx_export.FILE if fmt == "onnx" else HF_FOLDER)
-        raise ModelFileError(f"{where} cannot be read as {fmt} ({first[:200]}): export the arch "
-                             "again with `hwgptbench export`") from err
+        raise ModelFileError(f"{where} cannot be read as {fmt} ({first_line(err)}): export the "
+                             "arch again with `hwgptbench export`") from err
 
 
 def _write(fmt: str, folder: Path, model: GPT, program: ExportedProgram | None,
