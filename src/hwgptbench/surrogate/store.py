@@ -128,8 +128,8 @@ def read_metadata(folder: str | os.PathLike[str]) -> dict[str, Any]:
         raise SurrogateFileError(str(err)) from None
     kinds = {"space_name": str, "space": dict, "feature_args": dict, "metric": str,
              "device": object, "condition": object, "family": str}
-    wrong = sorted(key for key, kind in kinds.items() if not isinstance(
-        metadata.get(key, ...) if isinstance(metadata, dict) else ..., kind))
+    wrong = sorted(key for key, kind in kinds.items() if not isinstance(metadata, dict)
+                   or key not in metadata or not isinstance(metadata[key], kind))
     if wrong:
         raise SurrogateFileError(f"{path}: {', '.join(wrong)} missing or malformed: {FIX}")
     try:
