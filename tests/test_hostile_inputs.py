@@ -24,7 +24,7 @@ import polars as pl
 import pytest
 import torch
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import REPO_ROOT, Hostile, make_project, run
@@ -488,7 +488,8 @@ SECTIONS = sorted(PARAMS_DOC)
 VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-        st.text(max_size=10), inner, max_size=3), max_leaves=8)
+        st.text(max_size=10) | st.integers() | st.booleans() | st.none(), inner, max_size=3),
+    max_leaves=8)
 
 
 def _overlays() -> st.SearchStrategy[dict[str, Any]]:
@@ -513,6 +514,8 @@ def test_any_params_overlay_is_valid_or_one_params_error(over: dict[str, Any]) -
 @settings(max_examples=100, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.text(max_size=80))
+@example("workflow: {1: 2, b: 3}")  # keys of two types
+@example("? [1, 2]\n: 3")
 def test_any_overlay_file_is_read_or_one_params_error(tmp_path: Path, text: str) -> None:
     path = tmp_path / "overlay.yaml"
     path.write_text(text, encoding="utf-8")

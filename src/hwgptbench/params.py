@@ -66,7 +66,7 @@ def _describe(error: jsonschema.ValidationError) -> str:
     field = _field(error.absolute_path)
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
-        extra = sorted(set(error.instance) - set(allowed))
+        extra = sorted(set(error.instance) - set(allowed), key=repr)  # keys of any type
         return (f"{field}: unknown key(s) {', '.join(map(repr, extra))}; "
                 f"allowed keys: {', '.join(allowed)}")
     if error.validator == "required":
