@@ -177,7 +177,7 @@ class Benchmark:
 
     @classmethod
     def from_published(cls, scale: str, results_dir: str | os.PathLike[str] = "results",
-                  family: str = BEST) -> Benchmark:
+                       family: str = BEST) -> Benchmark:
         """The benchmark of the tables shipped with the package (``hwgptbench.published``):
         their surrogates are fitted on the first call and cached under
         ``{results_dir}/published/`` (seconds to a minute), read by later calls."""
