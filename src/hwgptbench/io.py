@@ -237,8 +237,9 @@ def refusal_reason(err: BaseException) -> str:
     if found:
         return (f"it asks for {found.group(1)}, an object other than tensors and plain data, "
                 "refused unread")
-    if "weights only load failed" in str(err).lower():
-        return "it holds objects other than tensors and plain data, refused unread"
+    if "weights only load failed" in str(err).lower():  # an opcode it refuses: junk or objects
+        return ("corrupt or truncated, or it holds objects other than tensors and plain data; "
+                "refused unread")
     return "corrupt or truncated"
 
 
