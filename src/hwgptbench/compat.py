@@ -37,7 +37,7 @@ HWGPTBENCH_DEVICES = ("a100", "a40", "h100", "rtx2080", "rtx3080", "a6000", "v10
                       "cpu_xeon_silver", "cpu_xeon_gold", "cpu_amd_7502", "cpu_amd_7513",
                       "cpu_amd_7452")
 PER_DEVICE = {"latencies": "latency_ms", "energies": "energy_mj"}
-COMPUTED = {"flops": "flops", "params": "params"}
+COMPUTED = ("flops", "params")  # in HW-GPT-Bench's order; Benchmark computes both exactly
 # bytes per parameter of the weights in that dtype
 MEMORY = {"float16_memory": 2, "bfloat16_memory": 2}
 ARCH_ONLY = ("perplexity", "accuracy")
@@ -247,7 +247,7 @@ class HWGPT:
             elif name in MEMORY:
                 results[name] = self.get_memory(name)
             elif name in COMPUTED:
-                results[name] = int(self._value(COMPUTED[name]))
+                results[name] = int(self._value(name))
             else:
                 results[name] = self._arch_metrics(predictor)[name]
         if self.use_supernet_surrogate:
