@@ -30,7 +30,10 @@ _PACKAGE = re.compile(r"package-\d+")
 
 
 class EnergyMeter:
-    """A cumulative energy counter; an unavailable meter says why in ``reason``."""
+    """A cumulative energy counter; an unavailable meter says why in ``reason``. A meter whose
+    counter advances in steps (``steps``) has its windows aligned to them."""
+
+    steps = False
 
     def __init__(self, source: str, reason: str | None = None) -> None:
         self.source = source
@@ -97,7 +100,10 @@ class RaplMeter(EnergyMeter):
 
 
 class NvmlEnergyMeter(EnergyMeter):
-    """The NVML total-energy counter of one GPU (mJ since the driver was loaded)."""
+    """The NVML total-energy counter of one GPU (mJ since the driver was loaded); it advances
+    in steps about every 100 ms."""
+
+    steps = True
 
     def __init__(self, pynvml: Any, handle: Any) -> None:
         super().__init__("nvml")
@@ -193,21 +199,48 @@ def open_energy_meter(device: torch.device, rapl_root: Path = POWERCAP) -> Energ
     return meter
 
 
+def _until_step(fn: Callable[[], Any], meter: EnergyMeter, device: torch.device,
+                last_mj: float, deadline: float) -> tuple[float, int]:
+    """Call fn (each call completed before the next) until the counter moves past last_mj;
+    the new reading and the calls made. Gives up at deadline (the reading then is the last)."""
+    calls = 0
+    while True:
+        now = meter.read_mj()
+        if now != last_mj or time.perf_counter() > deadline:
+            return now, calls
+        fn()
+        synchronize(device)
+        calls += 1
+
+
 def measure_energy(fn: Callable[[], Any], meter: EnergyMeter, device: torch.device,
                    min_seconds: float = 3.0) -> dict[str, Any]:
     """Energy per call of fn, from the meter over a window of repeated calls of at least
-    min_seconds (NVML counters advance about every 100 ms: keep windows >= 2-3 s)."""
+    min_seconds.
+
+    A counter that advances in steps (NVML, about every 100 ms) is read from one step to a
+    later one, calls running throughout and counted between the two steps, so the window holds
+    whole update periods and a short window is not off by a fraction of one; other counters
+    are read at the window's ends (keep windows >= 2-3 s where they are coarse)."""
     fields = {"energy_source": meter.source, "energy_reason": meter.reason}
     if not meter.available:
         return {"energy_mj": None, "energy_window_s": None, "energy_calls": None, **fields}
     device = torch.device(device)
     synchronize(device)
-    start_mj, start, calls = meter.read_mj(), time.perf_counter(), 0
+    start_mj = meter.read_mj()
+    if meter.steps:  # begin at a step, with the device already busy
+        start_mj, _ = _until_step(fn, meter, device, start_mj,
+                                  time.perf_counter() + max(1.0, min_seconds))
+    start, calls = time.perf_counter(), 0
     while calls == 0 or time.perf_counter() - start < min_seconds:
         fn()
         calls += 1
     synchronize(device)
+    end_mj = meter.read_mj()
+    if meter.steps:  # end at the next step
+        end_mj, more = _until_step(fn, meter, device, end_mj,
+                                   time.perf_counter() + max(1.0, min_seconds))
+        calls += more
     window = time.perf_counter() - start
-    energy = meter.read_mj() - start_mj
-    return {"energy_mj": energy / calls, "energy_window_s": window, "energy_calls": calls,
-            **fields}
+    return {"energy_mj": (end_mj - start_mj) / calls, "energy_window_s": window,
+            "energy_calls": calls, **fields}

@@ -146,15 +146,17 @@ def inputs(vocab_size: int, condition: Condition, seed: int, device: torch.devic
 
 
 def _measure(space: SearchSpace, arch: Arch, vocab_size: int, condition: Condition,
-             x: torch.Tensor, meter: EnergyMeter, settings: Settings) -> dict[str, Any]:
+             x: torch.Tensor, meter: EnergyMeter, settings: Settings,
+             model: GPT | None = None) -> dict[str, Any]:
     """Latency (unless timed elsewhere), energy and memory fields of arch on token ids x; the
-    model is built only when one of them is measured here."""
+    model (unless given) is built only when one of them is measured here."""
     if not (settings.latency or settings.memory or meter.available):
         nothing = measure_energy(lambda: None, meter, x.device)  # the meter's null fields
         return {**dict.fromkeys(LATENCY_FIELDS), **nothing,
                 **unmeasured("memory measurement disabled in the settings")}
-    model = build_model(space, arch, vocab_size, settings.seed, x.device,
-                        DTYPES[condition.dtype])
+    if model is None:
+        model = build_model(space, arch, vocab_size, settings.seed, x.device,
+                            DTYPES[condition.dtype])
     with torch.inference_mode():
         memory = _memory(model, x, settings)
         fn = forward_callable(model, x, condition)
@@ -214,10 +216,12 @@ def _oom(arch: Arch, condition: Condition, error: BaseException) -> dict[str, An
 
 
 def measure_arch(space: SearchSpace, arch: Arch, vocab_size: int, condition: Condition,
-                 device: torch.device, meter: EnergyMeter, settings: Settings) -> dict[str, Any]:
+                 device: torch.device, meter: EnergyMeter, settings: Settings,
+                 model: GPT | None = None) -> dict[str, Any]:
     """One row: arch_id, the condition, params, flops, threads, status and reason, latency
     statistics (None when ``settings.latency`` is off: timed by the caller), energy and memory
-    fields."""
+    fields. ``model``: arch's model already built (:func:`build_model`) on device in the
+    condition's dtype, reused across conditions; else one is built."""
     device = torch.device(device)
     if condition.launch == "cuda_graph" and device.type != "cuda":
         raise ValueError(f"launch mode cuda_graph needs a CUDA device, got {device}")
@@ -233,7 +237,7 @@ def measure_arch(space: SearchSpace, arch: Arch, vocab_size: int, condition: Con
         return _unmeasured(row, meter, "unsupported_dtype", reason)
     x = inputs(vocab_size, condition, settings.seed, device)
     try:
-        measured = _measure(space, arch, vocab_size, condition, x, meter, settings)
+        measured = _measure(space, arch, vocab_size, condition, x, meter, settings, model)
     except (RuntimeError, MemoryError) as err:
         if not is_out_of_memory(err):
             raise
