@@ -9,9 +9,12 @@ Three steps, two machines:
     # on the GPU machine (torch and numpy only): rows as JSON lines, one file per phase
     PYTHONPATH=src python benchmarks/gpu_campaign.py measure --archs .gpu/archs.json \\
         --out "$OUT" --seconds 460
+    # a later loan resumes: the archs in earlier loans' rows are not measured again
+    PYTHONPATH=src python benchmarks/gpu_campaign.py measure --archs .gpu/archs.json \
+        --out "$OUT" --done .gpu/loan1 .gpu/loan2
     # here: the rows as device tables (results/{scale}/measure/{label}.parquet), the second
     # campaign's repeatability printed and written to {out}/repeatability.json
-    python benchmarks/gpu_campaign.py tables --rows DIR --out results
+    python benchmarks/gpu_campaign.py tables --rows .gpu/loan1 .gpu/loan2 --out results
 
 Each arch's model is built once in bf16 and measured under every condition with the measure
 stage's own :func:`~hwgptbench.measure.runner.measure_arch`. Energy is read at one condition
@@ -158,12 +161,12 @@ def measure_phase(space: SearchSpace, vocab: int, archs: list[Arch], deadline: f
     return done
 
 
-def measure(archs_file: Path, out: Path, seconds: float, device: torch.device | None = None
-            ) -> dict[str, Any]:
+def measure(archs_file: Path, out: Path, seconds: float, device: torch.device | None = None,
+            done: list[Path] | None = None) -> dict[str, Any]:
     """Every phase on this machine's GPU (or on ``device``: a dry run on the CPU measures its
-    eager conditions); rows to ``{out}/rows_{phase}.jsonl``, what was measured to
-    ``{out}/campaign.json``."""
-    doc = json.loads(archs_file.read_text())
+    eager conditions), skipping the archs measured in the ``done`` folders' rows; rows to
+    ``{out}/rows_{phase}.jsonl``, what was measured to ``{out}/campaign.json``."""
+    doc = remaining(json.loads(archs_file.read_text()), done or [])
     device = default_device() if device is None else torch.device(device)
     identity = fingerprint(SETTINGS.threads, device)
     label = auto_label(identity)
@@ -200,14 +203,27 @@ def measure(archs_file: Path, out: Path, seconds: float, device: torch.device | 
     return summary
 
 
-def _read_rows(folder: Path, phase: str) -> list[dict[str, Any]]:
-    path = folder / f"rows_{phase}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+def _read_rows(folders: list[Path], phase: str) -> list[dict[str, Any]]:
+    """The rows of a phase from every loan's folder."""
+    paths = [folder / f"rows_{phase}.jsonl" for folder in folders]
+    return [json.loads(line) for path in paths if path.is_file()
+            for line in path.read_text().splitlines()]
 
 
-def tables(rows_dir: Path, out: Path) -> dict[str, Any]:
-    """Device tables of the campaign's first rows, per scale; the repeatability of the second
-    campaign against the first (share within ±2% and Kendall τ, per condition)."""
+def remaining(doc: dict[str, Any], done: list[Path]) -> dict[str, Any]:
+    """The archs document without the archs that earlier loans' rows measured (their order
+    kept), for a campaign that resumes on another loan."""
+    doc = json.loads(json.dumps(doc))
+    for scale, entry in doc["scales"].items():
+        measured = {row["arch_id"] for row in _read_rows(done, scale)}
+        entry["archs"] = [a for a in entry["archs"] if a not in measured]
+    return doc
+
+
+def tables(rows_dirs: list[Path], out: Path) -> dict[str, Any]:
+    """Device tables of the campaign's first rows (from every loan's folder), per scale; the
+    repeatability of the second campaign against the first (share within ±2% and Kendall τ,
+    per condition)."""
     import polars as pl
     from scipy.stats import kendalltau
 
@@ -216,7 +232,7 @@ def tables(rows_dir: Path, out: Path) -> dict[str, Any]:
 
     report: dict[str, Any] = {}
     for scale in COUNTS:
-        rows = [r for r in _read_rows(rows_dir, scale) if r.pop("campaign", 1) == 1]
+        rows = [r for r in _read_rows(rows_dirs, scale) if r.pop("campaign", 1) == 1]
         if not rows:
             continue
         table = pl.DataFrame(rows, schema_overrides=NULLABLE,
@@ -225,8 +241,8 @@ def tables(rows_dir: Path, out: Path) -> dict[str, Any]:
         write_parquet(table, out / scale / "measure" / f"{label}.parquet")
         report[scale] = {"archs": table["arch_id"].n_unique(), "rows": table.height,
                          "ok": int((table["status"] == "ok").sum())}
-    first = pl.DataFrame([r for r in _read_rows(rows_dir, "s")], infer_schema_length=None)
-    second = pl.DataFrame(_read_rows(rows_dir, "s-repeat"), infer_schema_length=None)
+    first = pl.DataFrame(_read_rows(rows_dirs, "s"), infer_schema_length=None)
+    second = pl.DataFrame(_read_rows(rows_dirs, "s-repeat"), infer_schema_length=None)
     if first.height and second.height:
         joined = first.join(second, on=["arch_id", "batch_size", "seq_len", "launch"],
                             suffix="_2").filter(pl.col("status") == "ok",
@@ -254,8 +270,11 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--out", type=Path, required=True)
     run.add_argument("--seconds", type=float, default=460.0)
     run.add_argument("--device", default=None, help="default: the GPU (cpu: a dry run)")
+    run.add_argument("--done", type=Path, nargs="*", default=[],
+                     help="earlier loans' output folders: their archs are not measured again")
     convert = sub.add_parser("tables", help="device tables from the rows")
-    convert.add_argument("--rows", type=Path, required=True)
+    convert.add_argument("--rows", type=Path, nargs="+", required=True,
+                         help="the output folder of each loan")
     convert.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -264,7 +283,8 @@ def main(argv: list[str] | None = None) -> None:
         print({s: len(e["archs"]) for s, e in doc["scales"].items()})
     elif args.step == "measure":
         args.out.mkdir(parents=True, exist_ok=True)
-        print(json.dumps(measure(args.archs, args.out, args.seconds, args.device)["phases"]))
+        print(json.dumps(measure(args.archs, args.out, args.seconds, args.device,
+                                 args.done)["phases"]))
     else:
         print(json.dumps(tables(args.rows, args.out), indent=1))
 

@@ -133,7 +133,9 @@ class Benchmark:
     family: str
     measurements: pl.DataFrame | None
     perplexities: pl.DataFrame | None
-    default_condition: str | None = None  # taken when a query names none (measure params)
+    # taken when a query names none: the measure params' first condition, or per device (the
+    # shipped tables' manifest)
+    default_condition: str | Mapping[str, str] | None = None
     _models: dict[str, Surrogate] = field(default_factory=dict, repr=False)
     _entries: dict[tuple[str, str | None, str | None, int | None], dict[str, Any]] = field(
         default_factory=dict, repr=False)
@@ -187,12 +189,13 @@ class Benchmark:
         tables = list(published.device_tables(scale).values())
         return cls._assemble(scale, folder, None, family,
                              pl.concat(tables, how="diagonal_relaxed") if tables else None,
-                             published.perplexity_table(scale), None)
+                             published.perplexity_table(scale),
+                             published.default_conditions(scale))
 
     @classmethod
     def _assemble(cls, scale: str, surrogates: Path, adapted_dir: Path | None, family: str,
                   measurements: pl.DataFrame | None, perplexities: pl.DataFrame | None,
-                  default_condition: str | None) -> Benchmark:
+                  default_condition: str | Mapping[str, str] | None) -> Benchmark:
         """The benchmark of the surrogates under ``surrogates`` (and adapted devices under
         ``adapted_dir``) with the tables their queries in measured mode read."""
         rows = []
@@ -310,12 +313,14 @@ class Benchmark:
                                else pl.col("train_steps") == fidelity).row(0, named=True)
         device = self._checked_device(metric, device)
         conditions = self.conditions(device, metric)
+        default = (self.default_condition.get(device)
+                   if isinstance(self.default_condition, Mapping) else self.default_condition)
         if condition is None and len(conditions) == 1:
             condition = conditions[0]
-        elif condition is None and self.default_condition in conditions:
-            condition = self.default_condition
+        elif condition is None and default in conditions:
+            condition = default
         elif condition is None:
-            likely = closest_conditions(conditions, self.default_condition)
+            likely = closest_conditions(conditions, default)
             more = f" (+{len(conditions) - len(likely)} more: Benchmark.conditions)" if len(
                 conditions) > len(likely) else ""
             raise QueryError(f"device {device!r} has several conditions for {metric!r}; "

@@ -22,6 +22,7 @@ import polars as pl
 
 from ..errors import UserError
 from ..io import atomic_path, atomic_write_json, sha256_file
+from ..measure.condition import CONDITION_KEYS, Condition, with_condition_columns
 from ..space import SearchSpace
 
 FOLDER = Path(__file__).parent
@@ -31,6 +32,9 @@ PERPLEXITY_COLUMNS = ("arch_id", "params", "train_steps", "val_loss", "perplexit
                       "source")
 DEVICE_COLUMNS = ("arch_id", "device", "status", "batch_size", "seq_len", "dtype", "launch",
                   "latency_ms")
+FINGERPRINT_COLUMNS = ("device_kind", "device_name", "cpu_model", "cpu_cores_logical",
+                       "gpu_memory_gb", "gpu_driver", "cuda_version", "torch_version", "threads",
+                       "hwgptbench_version")
 
 
 class PublishedTablesError(UserError, ValueError):
@@ -103,6 +107,26 @@ def device_tables(scale: str, folder: str | os.PathLike[str] = FOLDER
     return {label: _read(file, Path(folder)) for label, file in sorted(devices.items())}
 
 
+def default_conditions(scale: str, folder: str | os.PathLike[str] = FOLDER) -> dict[str, str]:
+    """The condition a query of each shipped device takes when it names none, by label."""
+    devices = entry(scale, folder).get("devices", {})
+    return {label: record["default_condition"] for label, record in devices.items()
+            if record.get("default_condition")}
+
+
+def default_condition_of(table: pl.DataFrame) -> str:
+    """A device table's default condition: the one whose rows read energy most often (a GPU
+    campaign reads it at one condition), else the one with the most measured rows; ties go to
+    the condition first in the table."""
+    energy = (pl.col("energy_mj").is_not_null() if "energy_mj" in table.columns
+              else pl.lit(False))
+    counts = (with_condition_columns(table)
+              .group_by(CONDITION_KEYS, maintain_order=True)
+              .agg(energy.sum().alias("energy"), (pl.col("status") == "ok").sum().alias("ok"))
+              .sort(["energy", "ok"], descending=True, maintain_order=True))
+    return Condition(**counts.select(CONDITION_KEYS).row(0, named=True)).id
+
+
 def digest(scale: str, folder: str | os.PathLike[str] = FOLDER) -> str:
     """One SHA-256 over the scale's manifest entry (space, vocabulary, tables' hashes): a key
     that changes whenever any shipped table of the scale does."""
@@ -129,15 +153,23 @@ def _copy(source: Path, dest: Path, columns: Sequence[str]
     return table, {"sha256": sha256_file(dest), "rows": table.height}
 
 
+def fingerprint_of(table: pl.DataFrame) -> dict[str, Any]:
+    """The hardware and software that measured a device table (its first row's
+    :data:`FINGERPRINT_COLUMNS`; a column the table lacks is left out)."""
+    row = table.row(0, named=True)
+    return {c: row[c] for c in FINGERPRINT_COLUMNS if c in row}
+
+
 def ship(scale: str, space_: SearchSpace, vocab: int, perplexity: str | os.PathLike[str] | None,
          devices: Sequence[str | os.PathLike[str]] = (), folder: str | os.PathLike[str] = FOLDER,
-         replace_devices: bool = False) -> dict[str, Any]:
+         replace_devices: bool = False, measured_by: str | None = None) -> dict[str, Any]:
     """Ship tables of ``scale``: the perplexity table (as ``hwgptbench import-perplexity``
     wrote it) and device tables (as ``hwgptbench measure`` / ``merge-shards`` wrote them).
 
-    A table not given keeps its shipped version; ``replace_devices`` drops the devices not
-    given. The manifest is rewritten last (atomically), so a reader never sees a table its
-    manifest does not describe. Returns the scale's new manifest entry.
+    Each device's record holds the table's fingerprint and ``measured_by``, the commit of the
+    code that measured it. A table not given keeps its shipped version; ``replace_devices``
+    drops the devices not given. The manifest is rewritten last (atomically), so a reader
+    never sees a table its manifest does not describe. Returns the scale's new manifest entry.
     """
     folder = Path(folder)
     document = manifest(folder)
@@ -169,7 +201,10 @@ def ship(scale: str, space_: SearchSpace, vocab: int, perplexity: str | os.PathL
         table, file = _copy(path, dest, DEVICE_COLUMNS)
         conditions = table.select("batch_size", "seq_len", "dtype", "launch").unique()
         record["devices"][labels[0]] = {"file": dest.relative_to(folder).as_posix(), **file,
-                                        "conditions": conditions.height}
+                                        "conditions": conditions.height,
+                                        "default_condition": default_condition_of(table),
+                                        "fingerprint": fingerprint_of(table),
+                                        "measured_by": measured_by}
     for label in set(old.get("devices", {})) - set(record["devices"]):
         stale = folder / old["devices"][label]["file"]
         if stale.exists():

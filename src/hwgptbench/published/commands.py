@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import argparse
 import logging
+import subprocess
 
 from ..options import Add, load, space_of
 
 log = logging.getLogger(__name__)
+
+
+def head_commit() -> str | None:
+    """The commit checked out in the working directory's git repository, if any."""
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return done.stdout.strip()
 
 
 def cmd_ship(args: argparse.Namespace) -> None:
@@ -18,7 +29,8 @@ def cmd_ship(args: argparse.Namespace) -> None:
     config = load(args, ["spaces", "perplexity"])
     vocab = args.vocab_size or config["perplexity"]["hwgptbench"]["vocab_size"]
     record = ship(args.scale, space_of(config, args.scale), vocab, args.perplexity,
-                  args.device or [], args.folder or FOLDER, args.replace_devices)
+                  args.device or [], args.folder or FOLDER, args.replace_devices,
+                  args.measured_by or head_commit())
     devices = ", ".join(f"{k} ({v['rows']} rows)" for k, v in record["devices"].items())
     log.info("shipped %s: perplexity %d rows; devices: %s", args.scale,
              record["perplexity"]["rows"], devices or "none")
@@ -40,3 +52,5 @@ def register(add: Add) -> None:
     command.add_argument("--vocab-size", type=int, help="vocabulary of the networks (default: "
                                                         "perplexity.hwgptbench.vocab_size)")
     command.add_argument("--folder", help="the shipped tables' folder (default: the package's)")
+    command.add_argument("--measured-by", help="commit of the code that measured the device "
+                                               "tables (default: the checked-out commit)")
