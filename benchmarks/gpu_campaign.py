@@ -179,7 +179,7 @@ def measure(archs_file: Path, out: Path, seconds: float, device: torch.device | 
     start = time.perf_counter()
     with open_energy_meter(device) as meter:
         summary["energy"] = {"source": meter.source, "reason": meter.reason}
-        if meter.available:
+        if meter.available and device.type == "cuda":
             summary["energy"] |= counter_period_s(meter, device)
         log.info("energy meter: %s", summary["energy"])
         share = 0.0

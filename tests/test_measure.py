@@ -27,6 +27,7 @@ from hwgptbench.measure.device import (
     resolve_label,
 )
 from hwgptbench.measure.energy import (
+    EnergyMeter,
     PowerSamplingMeter,
     RaplMeter,
     measure_energy,
@@ -541,3 +542,31 @@ def test_measure_arch_rows_on_cuda() -> None:
             row = measure_arch(TINY, arch, VOCAB, condition, device, meter, FAST)
             assert list(row) == ROW_COLUMNS and row["status"] == "ok", row
             assert row["memory_peak_mb"] > row["memory_weights_mb"] > 0
+
+
+class _SteppingCounter(EnergyMeter):
+    """A counter that advances only every ``period`` calls of ``call``, by their energy (as
+    NVML's advances about every 100 ms): a window read at arbitrary ends is off by up to a
+    period."""
+
+    steps = True
+
+    def __init__(self, period: int, mj_per_call: float) -> None:
+        super().__init__("stepping")
+        self.period, self.mj_per_call, self.calls = period, mj_per_call, 0
+
+    def call(self) -> None:
+        self.calls += 1
+        time.sleep(0.001)
+
+    def read_mj(self) -> float:
+        return (self.calls // self.period) * self.period * self.mj_per_call
+
+
+def test_energy_window_is_aligned_to_a_stepping_counter() -> None:
+    meter = _SteppingCounter(period=7, mj_per_call=2.5)
+    meter.calls = 3  # the window starts between two steps
+    row = measure_energy(meter.call, meter, CPU, min_seconds=0.02)
+    assert row["energy_mj"] == pytest.approx(2.5)  # whole periods: exact
+    assert row["energy_calls"] % 7 == 0 and row["energy_calls"] >= 14
+    assert meter.calls % 7 == 0  # it ended on a step

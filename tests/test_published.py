@@ -24,6 +24,8 @@ from hwgptbench.space import Arch, SearchSpace
 
 SOURCE = f"github.com/automl/HW-GPT-Bench@{REV}"
 ROWS = {"s": 10_000, "m": 5_245, "l": 429}
+GPU = "cuda-nvidia-h100-80gb-hbm3"
+GPU_ARCHS = {"s": 425, "m": 187, "l": 100}  # the H100 campaign's archs per scale
 
 
 def test_manifest_names_every_table_with_its_provenance() -> None:
@@ -54,6 +56,29 @@ def test_shipped_device_tables_are_measure_stage_tables() -> None:
             ok = table.filter(pl.col("status") == "ok")
             assert ok.height >= 100 and ok["latency_ms"].min() > 0
             assert set(ok["arch_id"]) <= set(published.perplexity_table(scale)["arch_id"])
+            record = published.entry(scale)["devices"][label]
+            assert record["fingerprint"] == published.fingerprint_of(table)
+            assert len(record["measured_by"]) == 40  # the commit whose code measured it
+            assert record["default_condition"] == published.default_condition_of(table)
+
+
+@pytest.mark.parametrize("scale", ["s", "m", "l"])
+def test_gpu_tables_hold_latency_energy_and_memory(scale: str) -> None:
+    """The H100 table of each scale: every arch under the four conditions, energy read (NVML)
+    at the default condition, CUDA graphs faster than eager launches."""
+    table = published.device_tables(scale)[GPU]
+    assert table["arch_id"].n_unique() == GPU_ARCHS[scale]
+    assert table.height == 4 * GPU_ARCHS[scale] and (table["status"] == "ok").all()
+    record = published.entry(scale)["devices"][GPU]
+    assert record["default_condition"] == "b8-t1024-bf16-cuda_graph"
+    assert record["fingerprint"]["device_name"] == "NVIDIA H100 80GB HBM3"
+    energy = table.filter(pl.col("energy_mj").is_not_null())
+    assert energy.height == GPU_ARCHS[scale] and (energy["energy_source"] == "nvml").all()
+    assert (energy["launch"] == "cuda_graph").all() and (energy["batch_size"] == 8).all()
+    assert (table["memory_peak_mb"] > table["memory_weights_mb"]).all()
+    wide = table.filter(pl.col("batch_size") == 1).pivot(on="launch", index="arch_id",
+                                                         values="latency_ms")
+    assert (wide["cuda_graph"] < wide["eager"]).mean() > 0.9
 
 
 def _pad(values: tuple[Any, ...], depth: int) -> list[Any]:
@@ -170,6 +195,24 @@ def test_fresh_results_folder_queries_the_shipped_scale(published_s: Path) -> No
         bench.query(ids, "energy", device=device)
 
 
+def test_gpu_latency_and_energy_are_queried_at_the_default_condition(published_s: Path
+                                                                     ) -> None:
+    """A fresh folder queries the shipped H100 latency and energy with no condition named (the
+    manifest's default), measured values exactly, and any other condition by its id."""
+    bench = Benchmark.load("s", published_s)
+    shipped = (published.device_tables("s")[GPU]
+               .filter(pl.col("energy_mj").is_not_null()).sort("arch_id").head(10))
+    ids = shipped["arch_id"].to_list()
+    measured = bench.query(ids, ["latency_ms", "energy_mj"], device=GPU, mode="measured")
+    assert measured["latency_ms"].to_list() == shipped["latency_ms"].to_list()
+    assert measured["energy_mj"].to_list() == shipped["energy_mj"].to_list()
+    predicted = bench.query(ids, ["latency_ms", "energy_mj"], device=GPU)
+    for metric in ("latency_ms", "energy_mj"):
+        assert ((predicted[metric] / shipped[metric] - 1).abs() < 0.1).mean() >= 0.9
+    eager = bench.query(ids, "latency_ms", device=GPU, condition="b1-t128-bf16-eager")
+    assert eager["latency_ms"].is_not_null().all()
+
+
 def test_cached_surrogates_are_reused(published_s: Path) -> None:
     """A second load reads the cache: nothing is fitted again."""
     folder = cache_dir("s", published_s)
@@ -186,7 +229,8 @@ def test_cli_queries_a_fresh_folder(published_s: Path, tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "hwgptbench.cli", "query", "--scale", "s", "--results",
          str(published_s), "--metric", "perplexity", "--metric", "latency_ms", "--metric",
-         "params", "--arch", arch, "--mode", "auto", "--out", str(out)],
+         "params", "--device", "cpu-amd-epyc-1t", "--arch", arch, "--mode", "auto", "--out",
+         str(out)],
         cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     row = pl.read_csv(out).row(0, named=True)
@@ -194,14 +238,14 @@ def test_cli_queries_a_fresh_folder(published_s: Path, tmp_path: Path) -> None:
     assert row["perplexity"] == pytest.approx(shipped["perplexity"], rel=1e-12)
     assert row["params"] == shipped["params"] and row["latency_ms"] > 0
     l_arch = published.perplexity_table("l")["arch_id"][0]
-    for metrics, code in ((["perplexity"], 0), (["latency_ms"], 2)):
+    for metrics, code in ((["perplexity"], 0), (["latencies"], 2)):
         result = subprocess.run(
             [sys.executable, "-m", "hwgptbench.cli", "query", "--scale", "l", "--results",
              str(published_s), *[f"--metric={m}" for m in metrics], "--arch", l_arch],
             cwd=tmp_path, capture_output=True, text=True, timeout=120)
         assert result.returncode == code, result.stderr
         assert "Traceback" not in result.stderr
-    assert "unknown metric 'latency_ms'; available: accuracy, perplexity" in result.stderr
+    assert "unknown metric 'latencies'; available: accuracy, " in result.stderr
 
 
 def test_published_cache_layout_matches_the_stage(published_s: Path) -> None:
