@@ -8,13 +8,18 @@ Three steps, two machines:
     python benchmarks/gpu_campaign.py archs --out .gpu/archs.json
     # on the GPU machine (torch and numpy only): rows as JSON lines, one file per phase
     PYTHONPATH=src python benchmarks/gpu_campaign.py measure --archs .gpu/archs.json \\
-        --out "$OUT" --seconds 460
-    # a later loan resumes: the archs in earlier loans' rows are not measured again
-    PYTHONPATH=src python benchmarks/gpu_campaign.py measure --archs .gpu/archs.json \
-        --out "$OUT" --done .gpu/loan1 .gpu/loan2
+        --out "$OUT" --seconds 420
+    # a second call on the same loan skips the archs of the first call's rows
+    PYTHONPATH=src python benchmarks/gpu_campaign.py measure --archs .gpu/archs.json \\
+        --out "$OUT" --seconds 290 --done .gpu/loan1
     # here: the rows as device tables (results/{scale}/measure/{label}.parquet), the second
     # campaign's repeatability printed and written to {out}/repeatability.json
     python benchmarks/gpu_campaign.py tables --rows .gpu/loan1 .gpu/loan2 --out results
+
+A later session completes the shipped tables: the same draw without the archs the device's
+shipped table holds (``archs --exclude-shipped cuda-nvidia-h100-80gb-hbm3``), measured as
+above, then ``tables --rows .gpu/loan3 --out results --with-shipped`` adds the new rows to
+the shipped ones, and ``hwgptbench ship-tables`` ships the result.
 
 Each arch's model is built once in bf16 and measured under every condition with the measure
 stage's own :func:`~hwgptbench.measure.runner.measure_arch`. Energy is read at one condition
@@ -67,9 +72,11 @@ SETTINGS = Settings(threads=1, warmup=2, min_repeats=8, max_repeats=40, target_r
                     max_seconds=0.06, energy_seconds=0.15, seed=0)
 
 
-def draw_archs(out: Path, seed: int = 0) -> dict[str, Any]:
+def draw_archs(out: Path, seed: int = 0, exclude_shipped: str | None = None) -> dict[str, Any]:
     """COUNTS archs of each scale from its shipped perplexity table (the largest and smallest
-    of the space first when the table has them), with the space and vocabulary."""
+    of the space first when the table has them), with the space and vocabulary; without the
+    archs that the shipped table of device ``exclude_shipped`` already holds (a later loan
+    completes the same draw)."""
     from hwgptbench import published
 
     doc: dict[str, Any] = {"seed": seed, "scales": {}}
@@ -80,8 +87,13 @@ def draw_archs(out: Path, seed: int = 0) -> dict[str, Any]:
         rng = torch.Generator().manual_seed(seed)
         rest = [ids[i] for i in torch.randperm(len(ids), generator=rng).tolist()
                 if ids[i] not in ends]
+        drawn = (ends + rest)[:count]
+        shipped = published.device_tables(scale).get(exclude_shipped or "")
+        if shipped is not None:
+            done = set(shipped["arch_id"].to_list())
+            drawn = [a for a in drawn if a not in done]
         doc["scales"][scale] = {"space": space.to_dict(), "vocab_size": published.vocab_size(scale),
-                                "archs": (ends + rest)[:count]}
+                                "archs": drawn}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1))
     return doc
@@ -220,13 +232,15 @@ def remaining(doc: dict[str, Any], done: list[Path]) -> dict[str, Any]:
     return doc
 
 
-def tables(rows_dirs: list[Path], out: Path) -> dict[str, Any]:
-    """Device tables of the campaign's first rows (from every loan's folder), per scale; the
-    repeatability of the second campaign against the first (share within ±2% and Kendall τ,
-    per condition)."""
+def tables(rows_dirs: list[Path], out: Path, with_shipped: bool = False) -> dict[str, Any]:
+    """Device tables of the campaign's first rows (from every loan's folder), per scale, with
+    the rows of the device's shipped table where ``with_shipped`` (a later loan adds to it);
+    the repeatability of the second campaign against the first (share within ±2% and Kendall
+    τ, per condition)."""
     import polars as pl
     from scipy.stats import kendalltau
 
+    from hwgptbench import published
     from hwgptbench.io import write_parquet
     from hwgptbench.measure.stage import KEY, NULLABLE
 
@@ -235,9 +249,12 @@ def tables(rows_dirs: list[Path], out: Path) -> dict[str, Any]:
         rows = [r for r in _read_rows(rows_dirs, scale) if r.pop("campaign", 1) == 1]
         if not rows:
             continue
-        table = pl.DataFrame(rows, schema_overrides=NULLABLE,
-                             infer_schema_length=None).sort(KEY)
+        table = pl.DataFrame(rows, schema_overrides=NULLABLE, infer_schema_length=None)
         label = table["device"][0]
+        shipped = published.device_tables(scale).get(label) if with_shipped else None
+        if shipped is not None:
+            table = pl.concat([shipped, table], how="diagonal_relaxed")
+        table = table.sort(KEY)
         write_parquet(table, out / scale / "measure" / f"{label}.parquet")
         report[scale] = {"archs": table["arch_id"].n_unique(), "rows": table.height,
                          "ok": int((table["status"] == "ok").sum())}
@@ -265,6 +282,8 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="step", required=True)
     draw = sub.add_parser("archs", help="draw the archs from the shipped perplexity tables")
     draw.add_argument("--out", type=Path, required=True)
+    draw.add_argument("--exclude-shipped", metavar="LABEL",
+                      help="leave out the archs the shipped table of this device holds")
     run = sub.add_parser("measure", help="measure them on this machine's GPU")
     run.add_argument("--archs", type=Path, required=True)
     run.add_argument("--out", type=Path, required=True)
@@ -276,17 +295,19 @@ def main(argv: list[str] | None = None) -> None:
     convert.add_argument("--rows", type=Path, nargs="+", required=True,
                          help="the output folder of each loan")
     convert.add_argument("--out", type=Path, required=True)
+    convert.add_argument("--with-shipped", action="store_true",
+                         help="add the rows to the device's shipped table")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if args.step == "archs":
-        doc = draw_archs(args.out)
+        doc = draw_archs(args.out, exclude_shipped=args.exclude_shipped)
         print({s: len(e["archs"]) for s, e in doc["scales"].items()})
     elif args.step == "measure":
         args.out.mkdir(parents=True, exist_ok=True)
         print(json.dumps(measure(args.archs, args.out, args.seconds, args.device,
                                  args.done)["phases"]))
     else:
-        print(json.dumps(tables(args.rows, args.out), indent=1))
+        print(json.dumps(tables(args.rows, args.out, args.with_shipped), indent=1))
 
 
 if __name__ == "__main__":

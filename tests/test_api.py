@@ -259,3 +259,26 @@ def test_out_of_fold_predictions_are_merged(results: Path) -> None:
     assert np.allclose(joined["measured"], joined["latency_ms"])
     assert (latency["lower"] <= latency["upper"]).all()
     assert not predictions.filter(pl.col("metric") == "energy_mj").height  # not measured
+
+
+def test_latency_quality_carries_the_ceiling_of_its_repeat_visit(tmp_path: Path) -> None:
+    """A device table with repeat visits: each latency surrogate's quality row holds the
+    repeat's agreement and whether the surrogate reaches it; a table without them has none."""
+    _, device_table = synthetic_tables()
+    rng = np.random.default_rng(1)
+    repeat = device_table["latency_ms"] * rng.uniform(0.95, 1.05, device_table.height) * 1.1
+    repeated = device_table.with_columns(
+        latency_repeat_ms=pl.when(pl.int_range(pl.len()) % 3 == 0).then(repeat))
+    quality = surrogates.fit_device(SECTION, SPACE, VOCAB, repeated, tmp_path / "with")
+    latency = quality.filter(pl.col("metric") == "latency_ms").row(0, named=True)
+    pairs = repeated.filter(pl.col("latency_repeat_ms").is_not_null())
+    expected = surrogates.latency_ceiling(repeated)
+    assert expected is not None and latency["ceiling_archs"] == pairs.height == 20
+    assert latency["ceiling_kendall_tau"] == pytest.approx(expected["kendall_tau"])
+    assert 0 < latency["ceiling_within_5pct"] <= 1  # the 10% speed shift is divided out
+    assert latency["at_ceiling"] == (latency["kendall_tau"]
+                                     >= latency["ceiling_kendall_tau"] - 0.02)
+    memory = quality.filter(pl.col("metric") == "memory_peak_mb").row(0, named=True)
+    assert memory["ceiling_archs"] is None and memory["at_ceiling"] is None
+    plain = surrogates.fit_device(SECTION, SPACE, VOCAB, device_table, tmp_path / "without")
+    assert plain["ceiling_kendall_tau"].is_null().all()

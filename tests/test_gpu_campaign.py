@@ -70,3 +70,18 @@ def test_the_measure_step_needs_neither_polars_nor_lightgbm() -> None:
                             capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr
     assert "--done" in result.stdout
+
+
+def test_a_later_session_completes_the_shipped_draw(tmp_path: Path) -> None:
+    """The same draw without the archs the shipped H100 table holds: exactly the ones missing
+    from the campaign's 500 / 200 / 100."""
+    from hwgptbench import published
+
+    label = "cuda-nvidia-h100-80gb-hbm3"
+    full = gpu_campaign.draw_archs(tmp_path / "all.json")
+    rest = gpu_campaign.draw_archs(tmp_path / "rest.json", exclude_shipped=label)
+    for scale, count in gpu_campaign.COUNTS.items():
+        shipped = set(published.device_tables(scale)[label]["arch_id"])
+        drawn = full["scales"][scale]["archs"]
+        assert len(drawn) == count and shipped <= set(drawn)
+        assert rest["scales"][scale]["archs"] == [a for a in drawn if a not in shipped]

@@ -232,3 +232,18 @@ def test_grouped_cuda_shard_with_graphs(tmp_path: Path) -> None:
                                        pl.col("latency_group_factor").max().alias("f_max")))
     assert (table["status"] == "ok").all() and table.height == 2 * len(archs)
     assert table["latency_group"].n_unique() > 1
+
+
+def test_a_repeat_subset_is_timed_again_in_a_separate_visit(tmp_path: Path) -> None:
+    """measure.repeat_share of the archs (at least 5) get latency_repeat_ms, timed after the
+    groups; repeat_share 0 times none again."""
+    section = _section(repeat_share=0.25, memory_budget_gb=_budget_for(12))
+    table = measurements.measure_shard(section, SPACE, ARCHS, VOCAB, "auto", (0, 1),
+                                       tmp_path / "repeat.parquet")
+    repeated = table.filter(pl.col("latency_repeat_ms").is_not_null())
+    assert repeated.height == 5  # max(5, 25% of 12)
+    ratio = (repeated["latency_repeat_ms"] / repeated["latency_ms"]).median()
+    assert 0.3 < ratio < 3
+    none = measurements.measure_shard(_section(repeat_share=0), SPACE, ARCHS[:6], VOCAB, "auto",
+                                      (0, 1), tmp_path / "none.parquet")
+    assert none["latency_repeat_ms"].is_null().all()

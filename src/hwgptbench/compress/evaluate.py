@@ -23,6 +23,7 @@ import torch
 import torch.nn as nn
 
 from ..measure.latency import measure_latency
+from ..measure.runner import cpu_estimator
 from ..model import SuperGPT
 from ..space import Arch, SearchSpace
 from .tasks import ClozeItems, score_cloze
@@ -63,11 +64,19 @@ def speed(latency_ms: float, timing: dict[str, Any]) -> dict[str, float]:
     return {"latency_ms": latency_ms, "tokens_per_s": 1000.0 * tokens / latency_ms}
 
 
+def timing_kwargs(timing: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """The latency timers' keyword arguments of a ``compress.timing`` section on device: the
+    repeats and stopping rule it sets, and its ``estimator`` on a CPU (the measure stage's
+    protocol, docs/measure.md; CUDA events: the median)."""
+    return {**{k: timing[k] for k in TIMING_KEYS if k in timing},
+            "estimator": cpu_estimator(timing, torch.device(device))}
+
+
 def time_prefill(model: nn.Module, timing: dict[str, Any], vocab_size: int,
                  device: torch.device) -> dict[str, float]:
-    """latency_ms (median) and tokens_per_s of one prefill call of model."""
+    """latency_ms (the timing's estimator) and tokens_per_s of one prefill call of model."""
     call = prefill_call(model, timing, vocab_size, device)
-    stats = measure_latency(call, device, **{k: timing[k] for k in TIMING_KEYS})
+    stats = measure_latency(call, device, **timing_kwargs(timing, device))
     return speed(stats["latency_ms"], timing)
 
 

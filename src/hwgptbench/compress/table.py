@@ -56,7 +56,7 @@ from .baselines import (
     uniform_width,
     wanda,
 )
-from .evaluate import TIMING_KEYS, SubnetEvaluator, mean_loss, prefill_call, speed
+from .evaluate import SubnetEvaluator, mean_loss, prefill_call, speed, timing_kwargs
 from .tasks import score_cloze
 
 log = logging.getLogger(__name__)
@@ -229,7 +229,7 @@ def compression_table(dense: GPT, evaluator: SubnetEvaluator, chosen: list[tuple
                                                       evaluator.device)))
     timing = evaluator.timing
     stats = measure_latency_interleaved([call for _, call in calls], evaluator.device,
-                                        **{k: timing[k] for k in TIMING_KEYS})
+                                        **timing_kwargs(timing, evaluator.device))
     for (index, _), stat in zip(calls, stats, strict=True):
         rows[index] |= speed(stat["latency_ms"], timing)
     table = pl.DataFrame(rows, infer_schema_length=None)

@@ -99,11 +99,11 @@ def load(folder: Path, threads: int | None = None) -> Logits:
 @torch.no_grad()
 def latency(model: GPT, folder: Path, ids: Tensor, timing: dict[str, Any],
             threads: int | None = None) -> dict[str, Any]:
-    """Median ms per forward of ids through ONNX Runtime and through the eager model (fp32, on
-    the CPU, ``threads`` intra-op threads for both, default each library's choice), timed
+    """ms per forward of ids through ONNX Runtime and through the eager model (fp32, on the
+    CPU, ``threads`` intra-op threads for both, default each library's choice), timed
     interleaved (:func:`~hwgptbench.measure.latency.measure_latency_interleaved`, ``timing``:
-    its warmup, min_repeats, max_repeats, target_rel_ci, max_seconds), and their ratio."""
-    from ..compress.evaluate import TIMING_KEYS
+    a ``compress.timing`` section, its estimator included), and their ratio."""
+    from ..compress.evaluate import timing_kwargs
     from ..measure.latency import measure_latency_interleaved
 
     if any(p.device.type != "cpu" for p in model.parameters()):
@@ -116,7 +116,7 @@ def latency(model: GPT, folder: Path, ids: Tensor, timing: dict[str, Any],
     try:
         onnx_stats, eager_stats = measure_latency_interleaved(
             [lambda: onnx_run(ids), lambda: model(ids)], torch.device("cpu"),
-            **{key: timing[key] for key in TIMING_KEYS if key in timing})
+            **timing_kwargs(timing, torch.device("cpu")))
     finally:
         torch.set_num_threads(torch_threads)
     onnx_ms, eager_ms = onnx_stats["latency_ms"], eager_stats["latency_ms"]

@@ -16,6 +16,7 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
@@ -23,6 +24,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import torch
 from tqdm import tqdm
@@ -30,6 +32,7 @@ from tqdm import tqdm
 from .. import __version__
 from ..errors import UserError
 from ..io import atomic_write_json, canonical_json, write_parquet
+from ..repeatability import REPEAT_MIN
 from ..space import Arch, SearchSpace
 from ..versions import library_versions
 from .budget import (
@@ -73,6 +76,7 @@ NULLABLE = {
     "gpu_memory_gb": pl.Float64,
     "gpu_driver": pl.String, "cuda_version": pl.String, "latency_group_factor": pl.Float64,
     "latency_group": pl.Int64, "latency_anchor_only": pl.Boolean,
+    "latency_repeat_ms": pl.Float64,
 }
 
 
@@ -245,6 +249,43 @@ class _Campaign:
         return rows
 
 
+    def repeat_subset(self, condition: Condition, measured: set[str]) -> list[Arch]:
+        """The archs timed again: ``measure.repeat_share`` of the measured ones (at least
+        REPEAT_MIN), drawn with the seed, as many as fit the memory budget together."""
+        share = self.section.get("repeat_share", 0.0)
+        candidates = [a for a in self.archs if a.id in measured]
+        if share <= 0 or len(candidates) < 2:
+            return []
+        wanted = min(len(candidates), max(REPEAT_MIN, math.ceil(share * len(candidates))))
+        budget = budget_bytes(self.section["memory_budget_gb"], self.device)
+        chosen: list[Arch] = []
+        used = 0
+        for i in np.random.default_rng(self.settings.seed).permutation(len(candidates)):
+            arch = candidates[i]
+            need = (weight_bytes(self.space, arch, self.vocab_size, condition.dtype)
+                    + activation_bytes(self.space, arch, self.vocab_size, condition))
+            if used + need <= budget:
+                chosen.append(arch)
+                used += need
+            if len(chosen) == wanted:
+                break
+        return chosen
+
+    def repeat_latencies(self, condition: Condition, rows: Sequence[dict[str, Any]]
+                         ) -> dict[str, float]:
+        """Latency of the repeat subset of the condition's measured rows, timed again together
+        in a separate visit (the ceiling of a latency surrogate: :mod:`..repeatability`)."""
+        subset = self.repeat_subset(condition, {r["arch_id"] for r in rows
+                                                if r["status"] == "ok" and r["latency_ms"]})
+        if len(subset) < 2:
+            return {}
+        log.info("%s: timing %d archs again (repeat subset)", condition.id, len(subset))
+        stats = measure_latency_of_archs(self.space, subset, self.vocab_size, condition,
+                                         self.device, self.settings)
+        return {arch.id: result["latency_ms"] for arch, result in zip(subset, stats, strict=True)
+                if result.get("status") != "oom"}
+
+
 def _unmeasured_oom(row: dict[str, Any], reason: str) -> dict[str, Any]:
     """A row whose arch ran out of memory while timed: its other metrics are dropped too, as
     for an arch that ran out of memory anywhere else."""
@@ -287,7 +328,10 @@ def measure_rows(section: Mapping[str, Any], space: SearchSpace, archs: Sequence
     virtual CPUs) biases no arch against another; energy and memory are then measured arch by
     arch. The archs timed together are a group whose models fit ``measure.memory_budget_gb``
     (:mod:`hwgptbench.measure.budget`); with ``parts``, each group's rows are stored as it
-    completes and groups stored by an earlier run are not measured again.
+    completes and groups stored by an earlier run are not measured again. Once a condition's
+    groups are measured, ``measure.repeat_share`` of its archs are timed again in a separate
+    visit (``latency_repeat_ms``; null on the other rows): the repeatability a latency
+    surrogate is judged against.
     """
     device = default_device()
     settings = measure_settings(section, device)
@@ -311,9 +355,12 @@ def measure_rows(section: Mapping[str, Any], space: SearchSpace, archs: Sequence
                     if parts:
                         parts.write(condition, g, stored)
                 groups.append(stored)
+            measured = assemble(plan, groups, archs)
+            repeats = campaign.repeat_latencies(condition, measured)
             rows += [{"device": resolved, "scale": space.name, **row,
+                      "latency_repeat_ms": repeats.get(row["arch_id"]),
                       "latency_interleaved": section["interleave"], **identity, **versions}
-                     for row in assemble(plan, groups, archs)]
+                     for row in measured]
     return rows
 
 

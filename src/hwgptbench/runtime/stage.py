@@ -24,6 +24,7 @@ runs for ``runtime.parallel.n_archs``; its collectives join the breakdown table 
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,6 +41,7 @@ from ..measure.device import default_device, fingerprint, resolve_label
 from ..measure.latency import measure_latency
 from ..measure.runner import Settings, cpu_estimator
 from ..measure.stage import NULLABLE
+from ..repeatability import REPEAT_MIN
 from ..space import Arch, SearchSpace
 from ..versions import library_versions
 from .breakdown import profile_breakdown
@@ -60,6 +62,17 @@ def spread_archs(archs: Sequence[Arch], space: SearchSpace, vocab_size: int, n: 
         return ordered
     picks = np.unique(np.linspace(0, len(ordered) - 1, n).round().astype(int))
     return [ordered[i] for i in picks]
+
+
+def repeat_archs(chosen: Sequence[Arch], space: SearchSpace, vocab_size: int, share: float
+                 ) -> list[Arch]:
+    """The archs every condition is timed again for, in a separate visit after all of them:
+    ``share`` of the chosen ones (at least REPEAT_MIN), spread over their sizes; none for a
+    share of 0."""
+    if share <= 0:
+        return []
+    count = max(REPEAT_MIN, math.ceil(share * len(chosen)))
+    return spread_archs(chosen, space, vocab_size, count)
 
 
 def runtime_settings(section: dict[str, Any], threads: int,
@@ -137,6 +150,14 @@ def measure_runtime(section: dict[str, Any], threads: int, space: SearchSpace,
     for condition in tqdm(conditions, desc="runtime", unit="condition"):
         rows += [extra | row for row in measure_condition(space, chosen, vocab_size, condition,
                                                           device, settings)]
+    repeated = repeat_archs(chosen, space, vocab_size, section.get("repeat_share", 0.0))
+    repeats = {(row["arch_id"], row["condition"]): row["latency_ms"]
+               for condition in tqdm(conditions if repeated else [], desc="runtime repeat",
+                                     unit="condition")
+               for row in measure_condition(space, repeated, vocab_size, condition, device,
+                                            settings) if row["status"] == "ok"}
+    rows = [row | {"latency_repeat_ms": repeats.get((row["arch_id"], row["condition"]))}
+            for row in rows]
     parts = _breakdown(section, space, chosen, vocab_size, conditions, device, settings)
     serving = section["serving"]
     served = spread_archs(chosen, space, vocab_size, serving["n_archs"])

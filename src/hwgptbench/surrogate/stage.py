@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from ..io import atomic_dir, atomic_write_json, write_parquet
 from ..measure.condition import CONDITION_KEYS, condition_id, with_condition_columns
+from ..repeatability import REPEAT_MIN, agreement, at_ceiling
 from ..schema import ANY
 from ..space import SearchSpace, read_archs_from
 from ..versions import library_versions
@@ -50,7 +51,8 @@ QUALITY_SCHEMA = {
     "mae": pl.Float64, "kendall_tau": pl.Float64, "spearman_rho": pl.Float64,
     "within_5pct": pl.Float64, "within_10pct": pl.Float64, "mdape": pl.Float64,
     "max_ape": pl.Float64, "coverage": pl.Float64, "nominal_coverage": pl.Float64,
-    "selected": pl.Boolean,
+    "ceiling_archs": pl.Int64, "ceiling_within_5pct": pl.Float64,
+    "ceiling_kendall_tau": pl.Float64, "at_ceiling": pl.Boolean, "selected": pl.Boolean,
 }
 # the libraries whose code fits the surrogates, their versions a column each of the quality table
 SURROGATE_LIBRARIES = ("torch", "numpy", "lightgbm", "scikit-learn")
@@ -120,8 +122,11 @@ def _scored(section: dict[str, Any], target: _Target, family: str, quality: dict
     """The quality row of a family on a target and its out-of-fold predictions."""
     meta = target.metadata
     base = _base_row(section, meta["metric"], meta["device"], meta["condition"])
+    ceiling = meta.get("ceiling") or {}
     row = {**base, "family": family, "status": "ok", "reason": None,
-           **{k: quality[k] for k in SCORES}}
+           **{k: quality[k] for k in SCORES},
+           **{f"ceiling_{k}": ceiling.get(k) for k in ("archs", "within_5pct", "kendall_tau")},
+           "at_ceiling": at_ceiling(quality["kendall_tau"], ceiling.get("kendall_tau"))}
     predictions = pl.DataFrame(
         {"metric": base["metric"], "device": base["device"], "condition": base["condition"],
          "family": family, "arch_id": target.ids, "measured": target.y,
@@ -253,10 +258,24 @@ def fit_perplexity(section: dict[str, Any], space: SearchSpace, vocab_size: int,
         return _fit_targets(section, targets, staging)
 
 
+def latency_ceiling(group: pl.DataFrame) -> dict[str, float | int] | None:
+    """The agreement of a condition's latencies with their repeat visit
+    (``latency_repeat_ms``), None without REPEAT_MIN repeated archs."""
+    if "latency_repeat_ms" not in group.columns:
+        return None
+    pairs = group.filter(pl.col("latency_repeat_ms").is_not_null()
+                         & pl.col("latency_ms").is_not_null())
+    if pairs.height < REPEAT_MIN:
+        return None
+    return agreement(pairs["latency_ms"].to_numpy(), pairs["latency_repeat_ms"].to_numpy())
+
+
 def fit_device(section: dict[str, Any], space: SearchSpace, vocab_size: int,
                table: pl.DataFrame, out_dir: str | os.PathLike[str]) -> pl.DataFrame:
     """Surrogates of each hardware metric and condition of one device's table (its main
-    measurements, and its runtime-dissection rows where measured)."""
+    measurements, and its runtime-dissection rows where measured); a latency surrogate's
+    quality row carries its condition's ceiling (:func:`latency_ceiling`) where the table
+    has repeat visits."""
     devices = table["device"].unique().to_list()
     if len(devices) != 1:
         raise ValueError(f"a device table holds one device, found {devices}")
@@ -269,10 +288,13 @@ def fit_device(section: dict[str, Any], space: SearchSpace, vocab_size: int,
             condition = condition_id(**dict(zip(CONDITION_KEYS, key, strict=True)))
             X = feature_matrix(space, read_archs_from(group), vocab_size, key[0], key[1])
             fingerprint = group.select(fingerprint_columns).row(0, named=True)
+            ceiling = latency_ceiling(group)
             for metric in section["metrics"]:
                 present = group[metric].is_not_null().to_numpy()
                 metadata = _metadata(space, metric, devices[0], condition, fingerprint,
                                      vocab_size, key[0], key[1])
+                if metric == "latency_ms" and ceiling is not None:
+                    metadata["ceiling"] = ceiling
                 if not present.any():
                     base = _base_row(section, metric, devices[0], condition)
                     targets.append(_skipped(section, base, _null_reason(group, metric), 0))
