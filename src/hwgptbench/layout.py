@@ -241,7 +241,9 @@ def search_runs(scale: str, objectives: str, device: str, algorithm: str,
 
 
 def search_table(scale: str, name: str, results: str = RESULTS) -> str:
-    """A summary table of every search of a scale: ``final``, ``summary`` or ``attainment``."""
+    """A summary table of every search of a scale: ``runs`` (rescored against the final
+    reference fronts), ``reference`` (how each front was built), ``front``, ``final``,
+    ``summary`` or ``attainment``."""
     return f"{search(scale, results)}/{name}.parquet"
 
 

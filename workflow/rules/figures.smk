@@ -22,7 +22,8 @@ rule figures_of_scale:
         **({} if IMPORTED else {"loss": rules.supernet.output.loss}),
         final=rules.search_summary.output.final,
         attainment=rules.search_summary.output.attainment,
-        runs=rules.search_summary.input.runs,
+        runs=rules.search_summary.output.runs,
+        reference=rules.search_summary.output.reference,
     output:
         **{f"figure_{name}": figure_output(name) for name in SCALE_FIGURES},
         **{f"table_{name}": table_output(name) for name in TABLES},
@@ -32,7 +33,7 @@ rule figures_of_scale:
     log:
         layout.log("{scale}", "figures"),
     shell:
-        "hwgptbench figures --scale {wildcards.scale:q} --results {params.results:q} {input.runs:q}"
+        "hwgptbench figures --scale {wildcards.scale:q} --results {params.results:q}"
         " 2>&1 | tee {log:q}"
 
 

@@ -48,13 +48,19 @@ rule search:
 
 
 rule search_summary:
-    """Final hypervolumes, per-algorithm summary and attainment surfaces of a scale."""
+    """The final reference fronts (each reference united with every run's archive), the runs
+    scored against them, final hypervolumes, per-algorithm summary and attainment surfaces."""
     input:
         params=PARAMS["search"],
+        references=lambda wc: expand(rules.search_reference.output[0], scale=wc.scale,
+                                     objectives=SEARCH["objectives"], device=SEARCH_DEVICES),
         runs=lambda wc: expand(rules.search.output[0], scale=wc.scale,
                                objectives=SEARCH["objectives"], device=SEARCH_DEVICES,
                                algorithm=SEARCH["algorithms"]),
     output:
+        runs=layout.search_table("{scale}", "runs"),
+        reference=layout.search_table("{scale}", "reference"),
+        front=layout.search_table("{scale}", "front"),
         final=layout.search_table("{scale}", "final"),
         summary=layout.search_table("{scale}", "summary"),
         attainment=layout.search_table("{scale}", "attainment"),
@@ -65,4 +71,5 @@ rule search_summary:
         layout.log("{scale}", "search_summary"),
     shell:
         'hwgptbench search-summary {params.files:q} --out-dir "$(dirname {output.summary:q})"'
-        " --metrics-out {output.metrics:q} {input.runs:q} 2>&1 | tee {log:q}"
+        " --metrics-out {output.metrics:q} {input.runs:q} --references {input.references:q}"
+        " 2>&1 | tee {log:q}"

@@ -7,5 +7,5 @@ FIGURES = ("pareto_latency", "device_correlation", "surrogate_scatter", "surroga
            "hypervolume", "attainment", "pareto_3d", "dimension_effects", "supernet_loss",
            "transfer_quality", "runtime_breakdown", "runtime_options", "serving",
            "runtime_parallel")
-TABLES = ("surrogate_quality", "hypervolume", "devices", "transfer", "runtime", "serving",
-          "parallel")
+TABLES = ("surrogate_quality", "hypervolume", "reference_front", "devices", "transfer", "runtime",
+          "serving", "parallel")

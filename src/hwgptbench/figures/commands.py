@@ -11,11 +11,10 @@ def cmd_figures(args: argparse.Namespace) -> None:
     """Figures, tables and DVC plot files of a scale, from its result tables only."""
     from .report import render
 
-    render(args.scale, args.results, args.runs)
+    render(args.scale, args.results)
 
 
 def register(add: Add) -> None:
     """Add the subcommands through the CLI's ``add``."""
     command = add("figures", cmd_figures, params=False)
     scale_and_results(command)
-    command.add_argument("runs", nargs="+", help="algorithm folders of search runs")

@@ -2,18 +2,17 @@
 
 Reads ``results/{scale}/``: perplexity.parquet, measurements.parquet,
 surrogates/{quality,predictions}.parquet, supernet/loss.parquet (where a supernet was
-trained), search/{final,attainment}.parquet, transfer/{quality,summary}.parquet,
-runtime.parquet, breakdown.parquet, serving.parquet, parallel.parquet and the search run
-tables. Writes ``figures/`` (PNG + SVG), ``tables/`` (CSV + Markdown) and ``plots/`` (CSV for
-``dvc plots``). Nothing is trained, measured or predicted here, so after ``dvc pull`` the
-figures regenerate in seconds.
+trained), search/{runs,reference,final,attainment}.parquet (the runs as scored against the
+final reference fronts), transfer/{quality,summary}.parquet, runtime.parquet,
+breakdown.parquet, serving.parquet and parallel.parquet. Writes ``figures/`` (PNG + SVG),
+``tables/`` (CSV + Markdown) and ``plots/`` (CSV for ``dvc plots``). Nothing is trained,
+measured or predicted here, so after ``dvc pull`` the figures regenerate in seconds.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
 import polars as pl
@@ -21,7 +20,6 @@ import polars as pl
 from .. import layout
 from ..io import atomic_path
 from ..schema import fully_trained
-from ..search.summary import read_runs
 from . import benchmark, runtime, search, surrogate, tables, transfer
 
 log = logging.getLogger(__name__)
@@ -58,8 +56,7 @@ def hypervolume_plot_data(runs: pl.DataFrame) -> pl.DataFrame:
     ).sort("evaluation").fill_null(strategy="forward")
 
 
-def render(scale: str, results: str | os.PathLike[str],
-           run_folders: Sequence[str | os.PathLike[str]]) -> list[Path]:
+def render(scale: str, results: str | os.PathLike[str]) -> list[Path]:
     """Every figure, table and plot file of one scale of the results folder ``results``;
     returns the paths written."""
     top = str(results)
@@ -73,7 +70,8 @@ def render(scale: str, results: str | os.PathLike[str],
     predictions = pl.read_parquet(layout.predictions(scale, top))
     loss_path = Path(layout.loss_table(scale, top))  # absent where perplexities were imported
     loss = pl.read_parquet(loss_path) if loss_path.exists() else None
-    runs = read_runs(run_folders)
+    runs = pl.read_parquet(layout.search_table(scale, "runs", top))
+    reference = pl.read_parquet(layout.search_table(scale, "reference", top))
     final = pl.read_parquet(layout.search_table(scale, "final", top))
     attainment = pl.read_parquet(layout.search_table(scale, "attainment", top))
     transfer_quality = pl.read_parquet(layout.transfer_quality(scale, top))
@@ -106,6 +104,7 @@ def render(scale: str, results: str | os.PathLike[str],
         *runtime.parallel_modes(parallel, figures / "runtime_parallel"),
         *tables.write_table(tables.quality_table(quality), table_dir / "surrogate_quality"),
         *tables.write_table(tables.hypervolume_table(final), table_dir / "hypervolume"),
+        *tables.write_table(tables.reference_table(reference), table_dir / "reference_front"),
         *tables.write_table(tables.device_summary(measurements), table_dir / "devices"),
         *tables.write_table(transfer.transfer_table(transfer_summary, transfer_quality),
                             table_dir / "transfer"),

@@ -98,6 +98,21 @@ def hypervolume_table(final: pl.DataFrame, decimals: int = 4) -> pl.DataFrame:
             .sort("objectives", "device", "mean_rank", "_order").drop("_order"))
 
 
+def reference_table(reference: pl.DataFrame) -> pl.DataFrame:
+    """Per (objectives, device), how the reference front was built: for each stage (the
+    sample, then an optimisation on the surrogates, then every run's archive), the evaluations
+    it added, the archs on the front of it and the stages before, how many of the final front's
+    archs it holds, that front's hypervolume in the final box and its gap to the final front's;
+    and the final box (ideal and nadir per metric)."""
+    return reference.with_columns(
+        box=pl.struct("metrics", "ideal", "nadir").map_elements(
+            lambda r: "; ".join(f"{m} {lo:.4g}–{hi:.4g}" for m, lo, hi in
+                                zip(r["metrics"], r["ideal"], r["nadir"], strict=True)),
+            return_dtype=pl.String)).select(
+        "objectives", "device", "stage", "evaluations", "front_archs", "final_front_archs",
+        "hypervolume", "hv_gap", "box")
+
+
 def device_summary(measurements: pl.DataFrame) -> pl.DataFrame:
     """Per (device, condition): archs measured (status ok) and failed, and median, min and max
     of latency, energy and peak memory (null where not measured)."""

@@ -42,8 +42,8 @@ def cmd_search_reference(args: argparse.Namespace) -> None:
     reference, front = compute_reference(problem, config["reference_archs"],
                                          config["reference_seed"])
     save_reference(reference, front, args.out)
-    log.info("wrote %s: %d front archs, hypervolume %.4f", args.out, front.height,
-             reference.hypervolume)
+    log.info("wrote %s: %d front archs, hypervolume %.4f", args.out,
+             int(front["on_front"].sum()), reference.hypervolume)
 
 
 def cmd_search(args: argparse.Namespace) -> None:
@@ -63,19 +63,29 @@ def cmd_search(args: argparse.Namespace) -> None:
 
 
 def cmd_search_summary(args: argparse.Namespace) -> None:
-    """Final hypervolume per run, per-algorithm summary, attainment surfaces, DVC metrics."""
+    """The final reference fronts (stored references united with every run's archive), every
+    run scored against them, final hypervolume per run, per-algorithm summary, attainment
+    surfaces, DVC metrics."""
     from . import summary
+    from .front import final_fronts
+    from .reference import load_front, load_reference
 
     config = load(args, ["search"])["search"]
-    runs = summary.read_runs(args.inputs)
+    references = [(load_reference(f), load_front(f)) for f in args.references]
+    runs, stages, fronts = final_fronts(summary.read_runs(args.inputs), references,
+                                        config["objective_sets"])
     final = summary.final_runs(runs)
     table = summary.summarize(final)
     out = Path(args.out_dir)
+    write_parquet(runs, out / "runs.parquet")
+    write_parquet(stages, out / "reference.parquet")
+    write_parquet(fronts, out / "front.parquet")
     write_parquet(final, out / "final.parquet")
     write_parquet(table, out / "summary.parquet")
     write_parquet(summary.attainment(runs, config["objective_sets"]), out / "attainment.parquet")
     atomic_write_json(args.metrics_out, summary.metrics_document(table))
     with pl.Config(tbl_rows=100, tbl_width_chars=160):
+        print(stages.drop("metrics", "ideal", "nadir"))
         print(table)
 
 
@@ -96,4 +106,6 @@ def register(add: Add) -> None:
     command = add("search-summary", cmd_search_summary)
     command.add_argument("--out-dir", required=True, help="folder of the summary tables")
     command.add_argument("--metrics-out", required=True, help="DVC metrics file (JSON)")
+    command.add_argument("--references", nargs="+", required=True,
+                         help="folders of search-reference, one per objective set and device")
     command.add_argument("inputs", nargs="+", help="algorithm folders of search runs")

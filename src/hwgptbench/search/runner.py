@@ -2,7 +2,9 @@
 
 A run's table has one row per evaluation: the arch, its fidelity and cost, its raw objective
 values, and the running hypervolume and hypervolume regret of the full-fidelity evaluations so
-far (scaled objectives, reference point of the stored :class:`Reference`). Runs are
+far (scaled objectives, reference point of the stored :class:`Reference`: the front known
+before the run, so a run may beat it; the summary rescores every run against the front that
+includes all runs' archives, see :mod:`.front`). Runs are
 deterministic: every random source an algorithm may touch (numpy's and torch's global
 generators included, which syne-tune and BoTorch use) is seeded from the run's seed.
 """
@@ -28,9 +30,8 @@ from ..versions import library_versions
 from .algorithms import get_algorithm
 from .evaluator import BudgetExhausted, Evaluator
 from .genome import Genome
-from .hypervolume import hypervolume_trace
 from .problem import Objectives, Problem
-from .reference import Reference
+from .reference import Reference, scores
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +83,7 @@ def trajectory(evaluator: Evaluator, algorithm: str, seed: int) -> pl.DataFrame:
     metrics = evaluator.problem.metrics
     values = np.array([r["values"] for r in records], dtype=float).reshape(-1, len(metrics))
     full = np.array([r["full"] for r in records], dtype=bool)
-    scaled = np.where(full[:, None], reference.normalize(values), np.nan)
-    hv = hypervolume_trace(scaled, reference.point)
+    hv, regret = scores(reference, values, full)
     costs = np.array([r["cost"] for r in records], dtype=float)
     return pl.DataFrame({
         "algorithm": [algorithm] * len(records),
@@ -96,7 +96,7 @@ def trajectory(evaluator: Evaluator, algorithm: str, seed: int) -> pl.DataFrame:
         "cumulative_cost": np.cumsum(costs),
         **{m: values[:, j] for j, m in enumerate(metrics)},
         "hypervolume": hv,
-        "hv_regret": reference.hypervolume - hv,
+        "hv_regret": regret,
     })
 
 

@@ -24,8 +24,9 @@ from ..evaluator import Evaluator
 from ..genome import Genome
 
 
-def _algorithm(problem: Problem, options: dict[str, Any], seed: int) -> NSGA2:
-    """NSGA-II set up on problem with a fresh random population drawn with seed."""
+def make_nsga2(problem: Problem, options: dict[str, Any], seed: int) -> NSGA2:
+    """NSGA-II set up on problem with a fresh random population drawn with seed (options:
+    ``population_size``, ``eta``, ``crossover_prob``)."""
     eta = options.get("eta", 3.0)
     algorithm = NSGA2(pop_size=options.get("population_size", 20),
                       sampling=IntegerRandomSampling(),
@@ -46,7 +47,7 @@ def nsga2(evaluate: Evaluator, genome: Genome, seed: int, options: dict[str, Any
     problem = Problem(n_var=genome.size, n_obj=evaluate.n_objectives, xl=0,
                       xu=genome.cardinalities - 1, vtype=int)
     restarts = 0
-    algorithm = _algorithm(problem, options, seed)
+    algorithm = make_nsga2(problem, options, seed)
     spent_at_restart = None
     while True:
         population = algorithm.ask()
@@ -55,7 +56,7 @@ def nsga2(evaluate: Evaluator, genome: Genome, seed: int, options: dict[str, Any
                 return
             spent_at_restart = evaluate.spent
             restarts += 1
-            algorithm = _algorithm(problem, options, seed + restarts)
+            algorithm = make_nsga2(problem, options, seed + restarts)
             continue
         genes = np.rint(population.get("X")).astype(np.int64)
         values = evaluate([genome.decode(g) for g in genes])
