@@ -8,16 +8,15 @@ with :func:`agreement` and writes it beside each surrogate's quality.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import stats
 
 REPEAT_MIN = 5  # archs re-measured at least (fewer: no ceiling is read)
 TOLERANCE = 0.02  # a surrogate whose Kendall τ is within this of the ceiling's is at it
 
 
-def agreement(first: Sequence[float], second: Sequence[float]) -> dict[str, float | int]:
+def agreement(first: ArrayLike, second: ArrayLike) -> dict[str, float | int]:
     """Archs, the share within ±5% once the two visits' median ratio is divided out (a
     machine's speed differs between visits; a surrogate is scored on ranks and shares alike),
     and Kendall τ between the visits."""
