@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from hwgptbench.figures.tables import reference_table
+from hwgptbench.figures.tables import reference_table, write_table
 from hwgptbench.search import compute_reference, run
 from hwgptbench.search.front import final_fronts, merge_runs, rescore
 from hwgptbench.search.hypervolume import hypervolume, pareto_mask
@@ -121,7 +121,8 @@ def test_an_archive_beyond_the_box_widens_it_and_is_the_front(
         rescore(runs, reference)
 
 
-def test_reference_table_says_how_the_front_was_built(problem: AnalyticProblem) -> None:
+def test_reference_table_says_how_the_front_was_built(problem: AnalyticProblem,
+                                                      tmp_path) -> None:
     reference, table = compute_reference(problem, 20, seed=0, evaluations=200)
     runs = labelled(run(problem, reference, "rs", budget=10, seed=0))
     shown = reference_table(final_fronts(runs, [(reference, table)], SETS)[1])
@@ -129,6 +130,8 @@ def test_reference_table_says_how_the_front_was_built(problem: AnalyticProblem) 
     assert shown.columns == ["objectives", "device", "stage", "evaluations", "front_archs",
                              "final_front_archs", "hypervolume", "hv_gap", "box"]
     assert shown["box"][0].startswith("perplexity ")
+    markdown = write_table(shown, tmp_path / "reference_front")[1].read_text()
+    assert "optimisation" in markdown and "hv_gap" in markdown
 
 
 def test_search_summary_scores_stored_runs_against_the_final_front(
