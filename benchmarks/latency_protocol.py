@@ -32,11 +32,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import torch
-from scipy import stats
 
 from hwgptbench import params
 from hwgptbench.measure.condition import Condition
 from hwgptbench.measure.runner import build_model, inputs
+from hwgptbench.repeatability import agreement
 from hwgptbench.space import Arch, SearchSpace
 
 ESTIMATORS: dict[str, tuple[str, Callable[[np.ndarray], float]]] = {
@@ -104,15 +104,6 @@ def estimates(samples: pl.DataFrame, k: int) -> dict[str, np.ndarray]:
     groups = first.group_by("arch_id", maintain_order=True).agg("wall_ms", "cpu_ms")
     return {name: np.array([fn(np.asarray(v)) for v in groups[column]])
             for name, (column, fn) in ESTIMATORS.items()}
-
-
-def agreement(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
-    """Share within ±5% after dividing out the median ratio, Kendall τ, largest deviation."""
-    ratio = b / a
-    deviation = np.abs(ratio / np.median(ratio) - 1)
-    return {"within_5pct": float(np.mean(deviation <= 0.05)),
-            "kendall_tau": float(stats.kendalltau(a, b).statistic),
-            "max_dev": float(deviation.max()), "median_ratio": float(np.median(ratio))}
 
 
 def main() -> None:

@@ -23,24 +23,14 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import polars as pl
-from scipy import stats
 
 from hwgptbench.measure.stage import measure_rows
 from hwgptbench.params import load_overlaid
+from hwgptbench.repeatability import agreement
 from hwgptbench.space import SearchSpace
 
 COLUMNS = ("latency_ms", "latency_wall_ms", "latency_min_ms", "latency_cpu_ms")
-
-
-def agreement(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
-    """Share within ±5% after dividing out the median ratio, Kendall τ, largest deviation."""
-    ratio = b / a
-    deviation = np.abs(ratio / np.median(ratio) - 1)
-    return {"within_5pct": float(np.mean(deviation <= 0.05)),
-            "kendall_tau": float(stats.kendalltau(a, b).statistic),
-            "max_dev": float(deviation.max()), "median_ratio": float(np.median(ratio))}
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ TOLERANCE = 0.02  # a surrogate whose Kendall τ is within this of the ceiling's
 def agreement(first: ArrayLike, second: ArrayLike) -> dict[str, float | int]:
     """Archs, the share within ±5% once the two visits' median ratio is divided out (a
     machine's speed differs between visits; a surrogate is scored on ranks and shares alike),
-    and Kendall τ between the visits."""
+    Kendall τ between the visits, the largest deviation and the median ratio."""
     a, b = np.asarray(first, float), np.asarray(second, float)
     if len(a) != len(b) or len(a) < 2:
         raise ValueError(f"agreement needs two paired series of >= 2 values, got {len(a)} "
@@ -27,7 +27,8 @@ def agreement(first: ArrayLike, second: ArrayLike) -> dict[str, float | int]:
     ratio = b / a
     deviation = np.abs(ratio / np.median(ratio) - 1)
     return {"archs": len(a), "within_5pct": float(np.mean(deviation <= 0.05)),
-            "kendall_tau": float(stats.kendalltau(a, b).statistic)}
+            "kendall_tau": float(stats.kendalltau(a, b).statistic),
+            "max_dev": float(deviation.max()), "median_ratio": float(np.median(ratio))}
 
 
 def at_ceiling(kendall_tau: float | None, ceiling_tau: float | None) -> bool | None:
