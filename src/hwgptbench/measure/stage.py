@@ -248,7 +248,6 @@ class _Campaign:
                              "latency_anchor_only": True})
         return rows
 
-
     def repeat_subset(self, condition: Condition, measured: set[str]) -> list[Arch]:
         """The archs timed again: ``measure.repeat_share`` of the measured ones (at least
         REPEAT_MIN), drawn with the seed, as many as fit the memory budget together."""
