@@ -238,11 +238,11 @@ def tables(rows_dirs: list[Path], out: Path, with_shipped: bool = False) -> dict
     the repeatability of the second campaign against the first (share within ±2% and Kendall
     τ, per condition)."""
     import polars as pl
-    from scipy.stats import kendalltau
 
     from hwgptbench import published
     from hwgptbench.io import write_parquet
     from hwgptbench.measure.stage import KEY, NULLABLE
+    from hwgptbench.repeatability import agreement
 
     report: dict[str, Any] = {}
     for scale in COUNTS:
@@ -265,13 +265,8 @@ def tables(rows_dirs: list[Path], out: Path, with_shipped: bool = False) -> dict
                             suffix="_2").filter(pl.col("status") == "ok",
                                                 pl.col("status_2") == "ok")
         for (b, t, launch), part in joined.group_by("batch_size", "seq_len", "launch"):
-            ratio = part["latency_ms_2"] / part["latency_ms"]
-            report[f"repeat b{b}-t{t}-{launch}"] = {
-                "archs": part.height,
-                "within_2pct": float(((ratio - ratio.median()).abs() <= 0.02 * ratio.median()
-                                      ).mean()),
-                "kendall_tau": float(kendalltau(part["latency_ms"], part["latency_ms_2"])[0]),
-                "median_ratio": float(ratio.median())}
+            report[f"repeat b{b}-t{t}-{launch}"] = agreement(part["latency_ms"].to_numpy(),
+                                                             part["latency_ms_2"].to_numpy())
     out.mkdir(parents=True, exist_ok=True)
     (out / "repeatability.json").write_text(json.dumps(report, indent=1))
     return report

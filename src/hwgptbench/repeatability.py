@@ -17,16 +17,17 @@ TOLERANCE = 0.02  # a surrogate whose Kendall τ is within this of the ceiling's
 
 
 def agreement(first: ArrayLike, second: ArrayLike) -> dict[str, float | int]:
-    """Archs, the share within ±5% once the two visits' median ratio is divided out (a
-    machine's speed differs between visits; a surrogate is scored on ranks and shares alike),
-    Kendall τ between the visits, the largest deviation and the median ratio."""
+    """Archs, the shares within ±2% and ±5% once the two visits' median ratio is divided out
+    (a machine's speed differs between visits; a surrogate is scored on ranks and shares
+    alike), Kendall τ between the visits, the largest deviation and the median ratio."""
     a, b = np.asarray(first, float), np.asarray(second, float)
     if len(a) != len(b) or len(a) < 2:
         raise ValueError(f"agreement needs two paired series of >= 2 values, got {len(a)} "
                          f"and {len(b)}")
     ratio = b / a
     deviation = np.abs(ratio / np.median(ratio) - 1)
-    return {"archs": len(a), "within_5pct": float(np.mean(deviation <= 0.05)),
+    return {"archs": len(a), "within_2pct": float(np.mean(deviation <= 0.02)),
+            "within_5pct": float(np.mean(deviation <= 0.05)),
             "kendall_tau": float(stats.kendalltau(a, b).statistic),
             "max_dev": float(deviation.max()), "median_ratio": float(np.median(ratio))}
 
