@@ -19,8 +19,8 @@ import polars as pl
 import torch
 
 from hwgptbench.compress.finetune_methods import METHODS, measure_finetune_methods
-from hwgptbench.measure.device import default_device
-from hwgptbench.measure.runner import build_model
+from hwgptbench.meters.device import default_device
+from hwgptbench.meters.runner import build_model
 from hwgptbench.space import SearchSpace
 
 

@@ -22,7 +22,7 @@ above, then ``tables --rows .gpu/loan3 --out results --with-shipped`` adds the n
 the shipped ones, and ``hwgptbench ship-tables`` ships the result.
 
 Each arch's model is built once in bf16 and measured under every condition with the measure
-stage's own :func:`~hwgptbench.measure.runner.measure_arch`. Energy is read at one condition
+stage's own :func:`~hwgptbench.meters.runner.measure_arch`. Energy is read at one condition
 (``ENERGY_CONDITION``, the compute-bound one) over a window aligned to the NVML counter's steps;
 the other conditions' rows say so in ``energy_reason``. The phases (s, m, l, then a second
 campaign of the first 100 ``s`` archs) share the time given, each ending at its deadline with
@@ -49,11 +49,11 @@ try:
 except ImportError:  # a checkout without the package installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from hwgptbench.measure.condition import Condition
-from hwgptbench.measure.device import auto_label, default_device, fingerprint
-from hwgptbench.measure.energy import EnergyMeter, open_energy_meter
-from hwgptbench.measure.latency import synchronize
-from hwgptbench.measure.runner import Settings, build_model, measure_arch
+from hwgptbench.meters.condition import Condition
+from hwgptbench.meters.device import auto_label, default_device, fingerprint
+from hwgptbench.meters.energy import EnergyMeter, open_energy_meter
+from hwgptbench.meters.latency import synchronize
+from hwgptbench.meters.runner import Settings, build_model, measure_arch
 from hwgptbench.space import Arch, SearchSpace
 from hwgptbench.versions import library_versions
 
@@ -241,7 +241,7 @@ def tables(rows_dirs: list[Path], out: Path, with_shipped: bool = False) -> dict
 
     from hwgptbench import published
     from hwgptbench.io import write_parquet
-    from hwgptbench.measure.stage import KEY, NULLABLE
+    from hwgptbench.metrics import KEY, NULLABLE
     from hwgptbench.repeatability import agreement
 
     report: dict[str, Any] = {}

@@ -34,17 +34,12 @@ except ImportError:  # a checkout without the package installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     import hwgptbench
 
-from hwgptbench.measure.budget import free_memory_bytes
-from hwgptbench.measure.condition import Condition
-from hwgptbench.measure.device import (
-    DEVICE_ENV,
-    default_device,
-    process_group_backend,
-    release,
-)
-from hwgptbench.measure.energy import open_energy_meter
-from hwgptbench.measure.memory import MB
-from hwgptbench.measure.runner import Settings, measure_arch
+from hwgptbench.meters.budget import free_memory_bytes
+from hwgptbench.meters.condition import Condition
+from hwgptbench.meters.device import DEVICE_ENV, default_device, process_group_backend, release
+from hwgptbench.meters.energy import open_energy_meter
+from hwgptbench.meters.memory import MB
+from hwgptbench.meters.runner import Settings, measure_arch
 from hwgptbench.runtime.breakdown import profile_breakdown, profiled_steps
 from hwgptbench.runtime.parallel import (
     STEP,

@@ -25,9 +25,9 @@ import numpy as np
 from scipy import stats
 
 from hwgptbench import params
-from hwgptbench.measure.budget import GB, activation_bytes, weight_bytes
-from hwgptbench.measure.device import default_device
-from hwgptbench.measure.stage import conditions, measure_rows
+from hwgptbench.meters.budget import GB, activation_bytes, weight_bytes
+from hwgptbench.meters.campaign import conditions, measure_rows
+from hwgptbench.meters.device import default_device
 from hwgptbench.space import SearchSpace
 
 

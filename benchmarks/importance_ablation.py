@@ -16,12 +16,12 @@ import numpy as np
 import torch
 import yaml
 
-from hwgptbench.compress.dense import load_dense
 from hwgptbench.compress.evaluate import mean_loss
 from hwgptbench.compress.finetune import calibration_batches, import_dense
-from hwgptbench.data import TokenShards
-from hwgptbench.perplexity.evaluate import validation_batches
+from hwgptbench.evaluation.perplexity import validation_batches
+from hwgptbench.model.dense import load_dense
 from hwgptbench.space import SearchSpace
+from hwgptbench.tokens.shards import TokenShards
 
 
 def main() -> None:

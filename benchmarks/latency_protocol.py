@@ -34,8 +34,8 @@ import polars as pl
 import torch
 
 from hwgptbench import params
-from hwgptbench.measure.condition import Condition
-from hwgptbench.measure.runner import build_model, inputs
+from hwgptbench.meters.condition import Condition
+from hwgptbench.meters.runner import build_model, inputs
 from hwgptbench.repeatability import agreement
 from hwgptbench.space import Arch, SearchSpace
 

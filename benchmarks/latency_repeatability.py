@@ -22,7 +22,7 @@ import numpy as np
 from scipy import stats
 
 from hwgptbench import params
-from hwgptbench.measure.stage import measure_rows
+from hwgptbench.meters.campaign import measure_rows
 from hwgptbench.space import SearchSpace
 
 

@@ -19,8 +19,8 @@ import torch
 from scipy import stats
 
 from hwgptbench import params
-from hwgptbench.measure.memory import cpu_memory
-from hwgptbench.measure.runner import build_model
+from hwgptbench.meters.memory import cpu_memory
+from hwgptbench.meters.runner import build_model
 from hwgptbench.space import SearchSpace
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}

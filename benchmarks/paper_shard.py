@@ -19,9 +19,9 @@ from pathlib import Path
 import polars as pl
 
 from hwgptbench import params
-from hwgptbench.measure.budget import GB
-from hwgptbench.measure.memory import peak_rss_bytes
 from hwgptbench.measure.stage import measure_shard
+from hwgptbench.meters.budget import GB
+from hwgptbench.meters.memory import peak_rss_bytes
 from hwgptbench.space import SearchSpace
 
 

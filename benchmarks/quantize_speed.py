@@ -2,7 +2,7 @@
 
 For each size (gpt_neox family, 4 layers, head size 64, MLP ratio 4, bias; vocab 4096, whose
 tied LM head stays fp32) the fp32 model and every method that runs here
-(:func:`hwgptbench.measure.quantize.unsupported_reason`) are timed interleaved
+(:func:`hwgptbench.meters.quantize.unsupported_reason`) are timed interleaved
 (``measure_latency_interleaved``, torch.inference_mode, one prefill of batch x seq tokens); the
 script prints each median, its speedup over fp32 (fp32 ms / ms: > 1 is faster), how many times
 smaller the serialized state_dict and the Linear weights alone are than fp32's, and the reason of
@@ -18,8 +18,8 @@ import logging
 
 import torch
 
-from hwgptbench.measure.latency import measure_latency_interleaved
-from hwgptbench.measure.quantize import (
+from hwgptbench.meters.latency import measure_latency_interleaved
+from hwgptbench.meters.quantize import (
     METHODS,
     backend_of,
     linear_weight_bytes,

@@ -20,10 +20,11 @@ import numpy as np
 import polars as pl
 
 from hwgptbench import Benchmark, params
-from hwgptbench.search import compute_reference, make_problem, run
-from hwgptbench.search.algorithms import options_of
+from hwgptbench.moo.algorithms import options_of
+from hwgptbench.moo.problem import make_problem
+from hwgptbench.moo.reference import compute_reference, scores
+from hwgptbench.moo.runner import run
 from hwgptbench.search.front import final_fronts
-from hwgptbench.search.reference import scores
 
 
 def main() -> None:

@@ -19,8 +19,8 @@ import polars as pl
 import torch
 import yaml
 
-from hwgptbench.measure.device import default_device
-from hwgptbench.measure.runner import Settings
+from hwgptbench.meters.device import default_device
+from hwgptbench.meters.runner import Settings
 from hwgptbench.runtime.parallel import launch_parallel
 from hwgptbench.runtime.rows import measure_condition
 from hwgptbench.runtime.serving import serving_sweep

@@ -24,10 +24,11 @@ import polars as pl
 import torch
 
 from hwgptbench import Benchmark, params
-from hwgptbench.search import compute_reference, make_problem
-from hwgptbench.search.algorithms import get_algorithm, options_of
-from hwgptbench.search.evaluator import Evaluator
-from hwgptbench.search.runner import execute, trajectory
+from hwgptbench.moo.algorithms import get_algorithm, options_of
+from hwgptbench.moo.evaluator import Evaluator
+from hwgptbench.moo.problem import make_problem
+from hwgptbench.moo.reference import compute_reference
+from hwgptbench.moo.runner import execute, trajectory
 
 
 @dataclass

@@ -19,7 +19,7 @@ from pathlib import Path
 import device_table
 import polars as pl
 
-from hwgptbench.surrogate import stage as surrogates
+from hwgptbench.predictors import fitting as surrogates
 
 VARIANTS = {  # name -> (families, LightGBM parameters added); None: the params' and linear
     "params": (None, {}),

@@ -19,7 +19,7 @@ import device_table
 import polars as pl
 from polars.testing import assert_frame_equal
 
-from hwgptbench.surrogate import stage as surrogates
+from hwgptbench.predictors import fitting as surrogates
 
 
 def main() -> None:

@@ -29,7 +29,7 @@ import polars as pl
 
 from hwgptbench import data, params
 from hwgptbench.io import write_parquet
-from hwgptbench.measure.condition import CONDITION_KEYS, with_condition_columns
+from hwgptbench.meters.condition import CONDITION_KEYS, with_condition_columns
 from hwgptbench.space import SearchSpace
 from hwgptbench.transfer.evaluate import evaluate, retest, summarize
 

@@ -126,12 +126,12 @@ def shakespeare(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The data stage's output for the repository's data params (built once per session)."""
     import yaml
 
-    from hwgptbench import data
+    from hwgptbench.data.build import build
 
     config = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["data"]
     config["corpus"]["path"] = str(REPO_ROOT / config["corpus"]["path"])
     out = tmp_path_factory.mktemp("data") / config["name"]
-    data.build(config, out)
+    build(config, out)
     return out
 
 

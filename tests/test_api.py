@@ -14,9 +14,10 @@ import pytest
 from conftest import run
 from hwgptbench import Benchmark
 from hwgptbench.api import QueryError, closest_conditions, measured_default
+from hwgptbench.predictors import fitting as surrogates
+from hwgptbench.predictors.features import analytic_counts
 from hwgptbench.space import SearchSpace
-from hwgptbench.surrogate import stage as surrogates
-from hwgptbench.surrogate.features import analytic_counts
+from hwgptbench.surrogate.stage import merge_quality
 
 SPACE = SearchSpace.from_dict("tiny", {
     "embed_dim": [64, 96, 128], "n_layer": [2, 3, 4], "n_head": [2, 4], "mlp_ratio": [2, 3, 4],
@@ -68,7 +69,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     q1 = surrogates.fit_perplexity(SECTION, SPACE, VOCAB, perplexity, folder / "perplexity")
     q2 = surrogates.fit_device(SECTION, SPACE, VOCAB, device_table,
                                folder / "devices" / DEVICE)
-    surrogates.merge_quality([folder / "perplexity" / "quality.parquet",
+    merge_quality([folder / "perplexity" / "quality.parquet",
                               folder / "devices" / DEVICE / "quality.parquet"], "tiny",
                              folder / "quality.parquet", scale / "surrogate_quality.json")
     assert q1["status"].to_list() == ["ok", "ok"] and q2.height == 3

@@ -12,19 +12,20 @@ import torch
 import yaml
 
 from conftest import REPO_ROOT
-from hwgptbench.compress.dense import load_dense, pretrain
+from hwgptbench.compress.dense import pretrain
 from hwgptbench.compress.evaluate import SubnetEvaluator
+from hwgptbench.compress.figures import compression_figure, search_edge
 from hwgptbench.compress.finetune import IMPORTANCE_TABLE, calibration_batches, finetune
 from hwgptbench.compress.importance import reorder, unit_importance
 from hwgptbench.compress.recovery import recover
 from hwgptbench.compress.search import run_searches, subnet_table
 from hwgptbench.compress.table import FAIR_REFERENCE, BaselinePlan, compression_table, picks
-from hwgptbench.compress.tasks import build_cloze
-from hwgptbench.data import TokenShards
-from hwgptbench.figures.compress import compression_figure, search_edge
-from hwgptbench.perplexity.evaluate import validation_batches
+from hwgptbench.evaluation.perplexity import validation_batches
+from hwgptbench.evaluation.tasks import build_cloze
+from hwgptbench.model.dense import load_dense
 from hwgptbench.space import SearchSpace
-from hwgptbench.supernet.train import TrainConfig, WindowSampler, load_supernet
+from hwgptbench.tokens.shards import TokenShards
+from hwgptbench.training.train import TrainConfig, WindowSampler, load_supernet
 
 SECTION = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["compress"]
 SPACE = SECTION["space"] | {"embed_dim": [32], "n_layer": [1, 2], "n_head": [2, 4],

@@ -16,10 +16,10 @@ from hwgptbench.compress.dense import pretrain
 from hwgptbench.compress.evaluate import SubnetEvaluator
 from hwgptbench.compress.finetune import finetune
 from hwgptbench.compress.table import FAIR_REFERENCE, compression_table
-from hwgptbench.data import TokenShards
-from hwgptbench.perplexity.evaluate import validation_batches
+from hwgptbench.evaluation.perplexity import validation_batches
 from hwgptbench.space import Arch, SearchSpace
-from hwgptbench.supernet.train import LOSS_TABLE, load_supernet
+from hwgptbench.tokens.shards import TokenShards
+from hwgptbench.training.train import LOSS_TABLE, load_supernet
 from test_compress import IMPORTANCE, SPACE, TIMING, training
 
 pytestmark = [pytest.mark.gpu,

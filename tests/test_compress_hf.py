@@ -15,12 +15,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from hwgptbench.compress.hf import (  # noqa: E402
-    _rope_theta,
-    hf_config_summary,
-    load_hf_llama,
-    mlp_ratio_for,
-)
+from hwgptbench.model.hf import _rope_theta, hf_config_summary, load_hf_llama, mlp_ratio_for  # noqa: E402
 from hwgptbench.space import Arch  # noqa: E402
 
 VOCAB = 300

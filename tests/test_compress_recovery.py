@@ -10,10 +10,10 @@ import torch
 from scipy import stats
 
 from hwgptbench.compress.baselines import input_norms, nonzero_params, param_count, wanda
+from hwgptbench.compress.figures import search_edge
 from hwgptbench.compress.recovery import recover
 from hwgptbench.compress.table import BaselinePlan
-from hwgptbench.figures.compress import search_edge
-from hwgptbench.supernet.train import TrainConfig, WindowSampler
+from hwgptbench.training.train import TrainConfig, WindowSampler
 from test_compress_baselines import VOCAB, calibration, supernet_of
 
 

@@ -22,11 +22,11 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from hwgptbench.compress import lm_eval_adapter
-from hwgptbench.compress.tasks import ClozeItems, build_cloze, choice_logliks, score_cloze
-from hwgptbench.data import EOT_TOKEN, train_bpe
+from hwgptbench.evaluation import lm_eval_adapter
+from hwgptbench.evaluation.tasks import ClozeItems, build_cloze, choice_logliks, score_cloze
 from hwgptbench.model import GPT, GPTConfig
 from hwgptbench.space import SearchSpace
+from hwgptbench.tokens.tokenizer import EOT_TOKEN, train_bpe
 
 VOCAB = 50
 SPACE = SearchSpace.from_dict("t", {

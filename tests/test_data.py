@@ -15,7 +15,15 @@ import pytest
 import yaml
 
 from conftest import REPO_ROOT, tool_env
-from hwgptbench import data
+from hwgptbench.data.build import build
+from hwgptbench.data.corpus import (
+    CorpusUnavailableError,
+    HuggingFaceCorpus,
+    open_corpus,
+    split_documents,
+)
+from hwgptbench.tokens.shards import TokenShards, token_dtype
+from hwgptbench.tokens.tokenizer import TokenizerUnavailableError, load_tokenizer_file
 
 DEFAULT = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["data"]
 
@@ -33,24 +41,24 @@ def built(shakespeare: Path) -> Path:
 
 
 def test_split_is_seeded_disjoint_and_complete() -> None:
-    a = data.split_documents(42, 0.1, seed=1)
-    assert a == data.split_documents(42, 0.1, seed=1)
-    assert a != data.split_documents(42, 0.1, seed=2)
+    a = split_documents(42, 0.1, seed=1)
+    assert a == split_documents(42, 0.1, seed=1)
+    assert a != split_documents(42, 0.1, seed=2)
     assert sorted(a["train"] + a["val"]) == list(range(42))
     assert len(a["val"]) == 4
-    assert data.split_documents(2, 0.01, seed=0)["val"] != []
-    with pytest.raises(data.CorpusUnavailableError, match="at least 2"):
-        data.split_documents(1, 0.1, seed=0)
+    assert split_documents(2, 0.01, seed=0)["val"] != []
+    with pytest.raises(CorpusUnavailableError, match="at least 2"):
+        split_documents(1, 0.1, seed=0)
 
 
 def test_token_dtype() -> None:
-    assert data.token_dtype(4096) == np.uint16
-    assert data.token_dtype(65536) == np.uint16
-    assert data.token_dtype(65537) == np.uint32
+    assert token_dtype(4096) == np.uint16
+    assert token_dtype(65536) == np.uint16
+    assert token_dtype(65537) == np.uint32
 
 
 def test_build_outputs_decode_to_the_corpus(built: Path) -> None:
-    shards = data.TokenShards.open(built, verify=True)
+    shards = TokenShards.open(built, verify=True)
     manifest = shards.manifest
     assert manifest["tokenizer"]["vocab_size"] == DEFAULT["tokenizer"]["vocab_size"]
     assert manifest["dtype"] == "uint16"
@@ -61,8 +69,8 @@ def test_build_outputs_decode_to_the_corpus(built: Path) -> None:
         eot = manifest["tokenizer"]["eot_id"]
         assert int((tokens == eot).sum()) == manifest["splits"][split]["documents"]
     # the first validation document comes back exactly from its tokens
-    val_index = data.split_documents(42, DEFAULT["val_fraction"], DEFAULT["seed"])["val"][0]
-    corpus = data.open_corpus(_params()["corpus"])
+    val_index = split_documents(42, DEFAULT["val_fraction"], DEFAULT["seed"])["val"][0]
+    corpus = open_corpus(_params()["corpus"])
     text = next(corpus.texts([val_index]))
     tokens = np.concatenate(shards.split("val"))
     first_doc = tokens[: int(np.argmax(tokens == manifest["tokenizer"]["eot_id"]))]
@@ -71,7 +79,7 @@ def test_build_outputs_decode_to_the_corpus(built: Path) -> None:
 
 def test_same_params_give_byte_identical_outputs(built: Path, tmp_path: Path) -> None:
     again = tmp_path / "again"
-    data.build(_params(), again)
+    build(_params(), again)
     names = sorted(p.name for p in built.iterdir())
     assert names == sorted(p.name for p in again.iterdir())
     for name in names:
@@ -81,12 +89,12 @@ def test_same_params_give_byte_identical_outputs(built: Path, tmp_path: Path) ->
 def test_small_shards_and_tokenizer_file(built: Path, tmp_path: Path) -> None:
     config = _params(shard_tokens=200_000)
     config["tokenizer"] = {"kind": "file", "file": str(built / "tokenizer.json")}
-    manifest = data.build(config, tmp_path / "out")
+    manifest = build(config, tmp_path / "out")
     train = manifest["splits"]["train"]
     assert len(train["shards"]) == -(-train["tokens"] // 200_000)
     assert all(s["tokens"] == 200_000 for s in train["shards"][:-1])
-    original = data.TokenShards.open(built)
-    resharded = data.TokenShards.open(tmp_path / "out", verify=True)
+    original = TokenShards.open(built)
+    resharded = TokenShards.open(tmp_path / "out", verify=True)
     for split in ("train", "val"):
         assert np.array_equal(np.concatenate(original.split(split)),
                               np.concatenate(resharded.split(split)))
@@ -102,14 +110,14 @@ def test_verify_detects_a_corrupted_shard(built: Path, tmp_path: Path) -> None:
     raw[10] ^= 0xFF
     shard.write_bytes(bytes(raw))
     with pytest.raises(ValueError, match="val_000.bin"):
-        data.TokenShards.open(copy_dir, verify=True)
+        TokenShards.open(copy_dir, verify=True)
 
 
 def test_missing_corpus_folder_is_a_clear_error(tmp_path: Path) -> None:
     config = _params()
     config["corpus"]["path"] = str(tmp_path / "nowhere")
-    with pytest.raises(data.CorpusUnavailableError, match="data.corpus.path"):
-        data.build(config, tmp_path / "out")
+    with pytest.raises(CorpusUnavailableError, match="data.corpus.path"):
+        build(config, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -118,8 +126,8 @@ def test_tokenizer_file_without_eot_is_rejected(tmp_path: Path) -> None:
 
     path = tmp_path / "tok.json"
     Tokenizer(models.BPE()).save(str(path))
-    with pytest.raises(data.CorpusUnavailableError, match="data.tokenizer.file"):
-        data.load_tokenizer_file(path)
+    with pytest.raises(TokenizerUnavailableError, match="data.tokenizer.file"):
+        load_tokenizer_file(path)
 
 
 def test_offline_huggingface_corpus_names_corpus_and_fallback(
@@ -138,8 +146,8 @@ def test_offline_huggingface_corpus_names_corpus_and_fallback(
         monkeypatch.setattr(module, name, True)
     spec = {"source": "huggingface", "dataset": "roneneldan/TinyStories", "split": "train",
             "text_field": "text"}
-    with pytest.raises(data.CorpusUnavailableError) as info:
-        data.open_corpus(spec)
+    with pytest.raises(CorpusUnavailableError) as info:
+        open_corpus(spec)
     message = str(info.value)
     assert "roneneldan/TinyStories" in message
     assert "source: text_files" in message and "data/corpora/shakespeare" in message
@@ -151,12 +159,12 @@ def test_huggingface_corpus_reads_a_local_dataset(tmp_path: Path) -> None:
 
     texts = [f"document {i}: " + "the quick brown fox " * (i + 1) for i in range(20)]
     datasets.Dataset.from_dict({"text": texts}).save_to_disk(str(tmp_path / "ds"))
-    corpus = data.HuggingFaceCorpus(datasets.load_from_disk(str(tmp_path / "ds")), "text",
+    corpus = HuggingFaceCorpus(datasets.load_from_disk(str(tmp_path / "ds")), "text",
                                     {"dataset": "local"})
     assert len(corpus) == 20
     assert list(corpus.texts([3, 7])) == [texts[3], texts[7]]
-    with pytest.raises(data.CorpusUnavailableError, match="text_field"):
-        data.HuggingFaceCorpus(datasets.load_from_disk(str(tmp_path / "ds")), "body",
+    with pytest.raises(CorpusUnavailableError, match="text_field"):
+        HuggingFaceCorpus(datasets.load_from_disk(str(tmp_path / "ds")), "body",
                                {"dataset": "local"})
 
 
@@ -181,7 +189,7 @@ def test_killed_stage_leaves_nothing_a_rerun_would_accept(tmp_path: Path) -> Non
     proc.wait()
     assert not out.exists()
     with pytest.raises(FileNotFoundError, match="not a finished data-stage output"):
-        data.TokenShards.open(out)
+        TokenShards.open(out)
     subprocess.run(cmd, env=tool_env(), check=True, capture_output=True)
     assert [p.name for p in out.parent.iterdir()] == ["shakespeare"]
-    data.TokenShards.open(out, verify=True)
+    TokenShards.open(out, verify=True)

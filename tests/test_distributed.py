@@ -17,9 +17,9 @@ import yaml
 
 from conftest import BIN, REPO_ROOT, make_project, run
 from hwgptbench import params
-from hwgptbench.data import TokenShards
 from hwgptbench.space import SearchSpace
-from hwgptbench.supernet import train
+from hwgptbench.tokens.shards import TokenShards
+from hwgptbench.training import train
 
 DEFAULT = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
 TINY = SearchSpace.from_dict("tiny", DEFAULT["spaces"]["tiny"])
@@ -59,7 +59,7 @@ def test_two_ranks_train_what_one_process_trains(shakespeare: Path, tmp_path: Pa
     # the same params in one process: warns that it is not supernet.processes, same result
     cfg = train.TrainConfig.from_params(doc["supernet"])
     started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="hwgptbench.supernet.train"):
+    with caplog.at_level(logging.WARNING, logger="hwgptbench.training.train"):
         train.train(cfg, TINY, TokenShards.open(shakespeare), tmp_path / "one",
                     tmp_path / "one_work")
     one_process_s = time.monotonic() - started

@@ -290,8 +290,8 @@ def test_a_missing_module_or_params_section_is_named(stages: list[Stage], jobs: 
                   s.params - {"surrogate"}, s.outs) for s in stages]
     stage = next(s for s in copy if s.name == name)
     found = problems(stage, copy, jobs)
-    assert (f"stage {name}: runs src/hwgptbench/surrogate/stage.py; add "
-            "`- src/hwgptbench/surrogate/stage.py` to its deps in dvc.yaml (or to a stage "
+    assert (f"stage {name}: runs src/hwgptbench/predictors/fitting.py; add "
+            "`- src/hwgptbench/predictors/fitting.py` to its deps in dvc.yaml (or to a stage "
             "upstream of it)") in found
     assert found[-1] == (f"stage {name}: reads params surrogate; add `- surrogate` to its "
                          "params in dvc.yaml")

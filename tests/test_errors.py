@@ -12,8 +12,8 @@ import pytest
 
 import hwgptbench
 from hwgptbench.errors import UserError
+from hwgptbench.predictors import fitting as surrogates
 from hwgptbench.space import SearchSpace
-from hwgptbench.surrogate import stage as surrogates
 from test_api import DEVICE, SECTION, SPACE, VOCAB, synthetic_tables
 
 # exceptions that never reach a user: each is caught where it is raised, and why

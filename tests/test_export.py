@@ -12,8 +12,6 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from hwgptbench.compress.dense import save_dense
-from hwgptbench.data.tokenizer import EOT_TOKEN, train_bpe
 from hwgptbench.errors import UserError
 from hwgptbench.export import hf, onnx_export
 from hwgptbench.export.check import FormatUnavailableError
@@ -21,8 +19,10 @@ from hwgptbench.export.manifest import FORMAT
 from hwgptbench.export.write import export_arch, load_exported, load_source
 from hwgptbench.io import save_torch, sha256_file
 from hwgptbench.model import SuperGPT
+from hwgptbench.model.dense import save_dense
 from hwgptbench.space import Arch, SearchSpace
-from hwgptbench.supernet.train import supernet_state
+from hwgptbench.tokens.tokenizer import EOT_TOKEN, train_bpe
+from hwgptbench.training.train import supernet_state
 
 VOCAB = 300
 NEOX = {"embed_dim": [32, 64], "n_layer": [2, 3], "n_head": [2, 4], "mlp_ratio": [2, 4],
@@ -198,7 +198,7 @@ def test_hf_folder_of_a_uniform_arch_equals_the_model(tmp_path: Path, tokenizer:
 
 def test_hf_llama_export_imports_back_with_the_same_weights(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
-    from hwgptbench.compress.hf import load_hf_llama
+    from hwgptbench.model.hf import load_hf_llama
 
     model = supernet(LLAMA).extract(Arch(64, 2, (4, 4), (2, 2), False))
     export_arch(model, tmp_path, ["hf"])

@@ -18,12 +18,12 @@ import yaml
 
 from conftest import REPO_ROOT
 from hwgptbench.cli import main
-from hwgptbench.data import TokenShards
 from hwgptbench.export.evaluate import DEFAULTS
 from hwgptbench.io import save_torch
 from hwgptbench.model import SuperGPT
 from hwgptbench.space import Arch, SearchSpace
-from hwgptbench.supernet.train import supernet_state
+from hwgptbench.tokens.shards import TokenShards
+from hwgptbench.training.train import supernet_state
 
 SPACE = {"embed_dim": [32, 64], "n_layer": [2, 3], "n_head": [2, 4], "mlp_ratio": [2, 4],
          "bias": [True, False], "head_size": 16, "block_size": 32, "rotary_fraction": 0.25}

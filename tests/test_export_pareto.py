@@ -14,7 +14,7 @@ from hwgptbench.export.pareto import INDEX, chosen_archs, export_archs, spread
 from hwgptbench.export.write import FORMATS
 from hwgptbench.io import save_torch
 from hwgptbench.space import Arch
-from hwgptbench.supernet.train import supernet_state
+from hwgptbench.training.train import supernet_state
 from test_export import NEOX, PER_LAYER, supernet
 
 UNIFORM = Arch(64, 2, (4, 4), (2, 2), True)

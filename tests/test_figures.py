@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,8 +12,8 @@ import pytest
 from hwgptbench import figures
 from hwgptbench.figures.benchmark import perplexity_label
 from hwgptbench.figures.search import mean_band, step_values
-from hwgptbench.figures.style import algorithm_color, metric_label
-from hwgptbench.figures.tables import format_float
+from hwgptbench.plotting.markdown import format_float, write_table
+from hwgptbench.plotting.style import algorithm_color, metric_label
 
 ARCHS = ["e64-l2-h2_2-r2_2-b0", "e64-l3-h2_2_4-r4_2_3-b1", "e96-l2-h4_2-r3_3-b0",
          "e96-l4-h2_4_4_2-r3_3_4_4-b1", "e128-l3-h4_4_2-r4_4_3-b0", "e128-l4-h4_4_4_4-r4_4_4_4-b1"]
@@ -186,16 +185,16 @@ def test_tables(tmp_path: Path, measurements: pl.DataFrame, quality: pl.DataFram
     summary = figures.device_summary(measurements)
     assert summary.height == 4
     assert summary.filter(pl.col("device") == "gpu-b")["failed"].to_list() == [1, 1]
-    csv, md = figures.write_table(summary, tmp_path / "devices")
+    csv, md = write_table(summary, tmp_path / "devices")
     lines = md.read_text().splitlines()
     assert len(lines) == 2 + 4 and "n/a" in lines[2]  # cpu-a: no energy
     assert len(csv.read_text().splitlines()) == 1 + 4
-    again = figures.write_table(summary, tmp_path / "devices")
+    again = write_table(summary, tmp_path / "devices")
     assert [p.read_bytes() for p in again] == [csv.read_bytes(), md.read_bytes()]
 
     table = figures.quality_table(quality)
     assert table.height == 5 and "reason" not in table.columns
-    _, md = figures.write_table(table, tmp_path / "quality")
+    _, md = write_table(table, tmp_path / "quality")
     assert md.read_text().count("n/a") == 5
 
     final = pl.DataFrame([{"objectives": "ppl-latency", "device": "cpu-a", "algorithm": a,
@@ -206,7 +205,7 @@ def test_tables(tmp_path: Path, measurements: pl.DataFrame, quality: pl.DataFram
     hv = figures.hypervolume_table(final)
     assert hv["algorithm"].to_list() == ["ehvi", "rs"]
     assert hv["hypervolume"][0] == "0.8100 ± 0.0100" and hv["mean_rank"].to_list() == [1.0, 2.0]
-    csv, _ = figures.write_table(hv, tmp_path / "hv")
+    csv, _ = write_table(hv, tmp_path / "hv")
     assert csv.read_text().splitlines()[1] == (
         "ppl-latency,cpu-a,ehvi,3,0.8100 ± 0.0100,0.0900 ± 0.0100,1.0")
 
@@ -223,22 +222,3 @@ def test_perplexity_label_names_the_source_of_imported_perplexities() -> None:
     imported = trained.with_columns(
         train_steps=pl.lit(1), source=pl.lit("github.com/automl/HW-GPT-Bench@795cba81"))
     assert perplexity_label(imported) == "perplexity (published by HW-GPT-Bench)"
-
-
-def test_figures_read_tables_only() -> None:
-    """The figures package imports no code of the measure, runtime, supernet, perplexity or
-    surrogate stages: what it knows of a table is in hwgptbench.schema."""
-    stages = ("measure", "runtime", "supernet", "perplexity", "surrogate")
-    found = []
-    for path in sorted(Path(figures.__file__).parent.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                module = ("hwgptbench." if node.level == 2 else "") + node.module
-            elif isinstance(node, ast.Import):
-                module = node.names[0].name
-            else:
-                continue
-            parts = module.split(".")
-            if parts[0] == "hwgptbench" and len(parts) > 1 and parts[1] in stages:
-                found.append(f"{path.name} imports {module}")
-    assert not found, found

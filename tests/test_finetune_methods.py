@@ -15,7 +15,7 @@ from hwgptbench.compress.finetune_methods import (
     prepare_model,
     training_step,
 )
-from hwgptbench.measure.runner import build_model
+from hwgptbench.meters.runner import build_model
 from hwgptbench.model import GPT
 from hwgptbench.space import SearchSpace
 

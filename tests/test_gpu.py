@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from hwgptbench.data import TokenShards
-from hwgptbench.perplexity import evaluate as perplexity
-from hwgptbench.supernet import train
+from hwgptbench.evaluation import perplexity
+from hwgptbench.tokens.shards import TokenShards
+from hwgptbench.training import train
 from test_train import CONFIG, SMALL_SPACE
 
 pytestmark = [pytest.mark.gpu,

@@ -16,19 +16,20 @@ import torch
 from torch.autograd import DeviceType
 
 from conftest import DEVICE_ENV, DEVICE_GIVEN
-from hwgptbench.data import TokenShards
 from hwgptbench.errors import UserError
-from hwgptbench.measure import budget, plan
-from hwgptbench.measure.condition import Condition
-from hwgptbench.measure.device import default_device, process_group_backend
-from hwgptbench.measure.runner import Settings
-from hwgptbench.measure.stage import device_label
+from hwgptbench.measure import plan
+from hwgptbench.meters import budget
+from hwgptbench.meters.campaign import device_label
+from hwgptbench.meters.condition import Condition
+from hwgptbench.meters.device import default_device, process_group_backend
+from hwgptbench.meters.runner import Settings
 from hwgptbench.model import GPT
 from hwgptbench.runtime import parallel
 from hwgptbench.runtime.breakdown import STEP, attribute
 from hwgptbench.runtime.rows import measure_condition, runtime_conditions
 from hwgptbench.runtime.serving import serving_sweep
-from hwgptbench.supernet import train
+from hwgptbench.tokens.shards import TokenShards
+from hwgptbench.training import train
 from test_runtime import FAST, SPACE, VOCAB
 from test_train import CONFIG, SMALL_SPACE
 

@@ -35,8 +35,9 @@ from hwgptbench.export import pt2
 from hwgptbench.export.write import export_arch, load_exported
 from hwgptbench.io import TorchFileError, load_torch
 from hwgptbench.model import SuperGPT
+from hwgptbench.predictors import fitting as surrogates
 from hwgptbench.space import Arch, InvalidArchError, SearchSpace
-from hwgptbench.surrogate import stage as surrogates
+from hwgptbench.surrogate.stage import merge_quality
 from test_hwgptbench_overlay import _upstream
 from test_security import reseal
 
@@ -96,7 +97,7 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
                           "perplexity": 100 / np.log(size + 2)})
     folder = Path(layout.surrogates("tiny", str(root)))
     surrogates.fit_perplexity(SECTION, SPACE, VOCAB, table, folder / "perplexity")
-    surrogates.merge_quality([folder / "perplexity" / "quality.parquet"], "tiny",
+    merge_quality([folder / "perplexity" / "quality.parquet"], "tiny",
                              folder / "quality.parquet", root / "tiny" / "q.json")
     return root
 

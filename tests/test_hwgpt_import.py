@@ -16,10 +16,9 @@ import yaml
 
 from conftest import REPO_ROOT, Hostile, run
 from hwgptbench.cli import main
-from hwgptbench.hwgpt_import import PublishedDataError
 from hwgptbench.hwgpt_import.fetch import fetch
-from hwgptbench.hwgpt_import.source import FILES, REV, label
 from hwgptbench.hwgpt_import.unpickle import load
+from hwgptbench.hwgpt_source import FILES, REV, PublishedDataError, label
 from hwgptbench.schema import fully_trained
 from hwgptbench.space import Arch, SearchSpace
 

@@ -12,7 +12,7 @@ import yaml
 
 from conftest import REPO_ROOT, make_project, run
 from hwgptbench import params
-from hwgptbench.hwgpt_import.source import FILES
+from hwgptbench.hwgpt_source import FILES
 from hwgptbench.space import Arch, SearchSpace
 from hwgptbench.supernet import archs
 from test_hwgpt_import import _commit, _row

@@ -17,24 +17,24 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from hwgptbench.measure import energy, latency, runner
-from hwgptbench.measure.condition import CONDITION_KEYS, Condition
-from hwgptbench.measure.device import (
+from hwgptbench.meters import energy, latency, runner
+from hwgptbench.meters.condition import CONDITION_KEYS, Condition
+from hwgptbench.meters.device import (
     DeviceMismatchError,
     auto_label,
     dtype_unsupported_reason,
     fingerprint,
     resolve_label,
 )
-from hwgptbench.measure.energy import (
+from hwgptbench.meters.energy import (
     EnergyMeter,
     PowerSamplingMeter,
     RaplMeter,
     measure_energy,
     open_energy_meter,
 )
-from hwgptbench.measure.flops import forward_flops
-from hwgptbench.measure.latency import (
+from hwgptbench.meters.flops import forward_flops
+from hwgptbench.meters.latency import (
     LATENCY_FIELDS,
     cuda_graph_callable,
     latency_stats,
@@ -43,8 +43,8 @@ from hwgptbench.measure.latency import (
     median_ci_halfwidth,
     median_ci_ranks,
 )
-from hwgptbench.measure.memory import cpu_memory, cuda_memory, tensor_bytes
-from hwgptbench.measure.runner import Settings, conditions_from_params, measure_arch
+from hwgptbench.meters.memory import cpu_memory, cuda_memory, tensor_bytes
+from hwgptbench.meters.runner import Settings, conditions_from_params, measure_arch
 from hwgptbench.model import GPT, GPTConfig, SuperGPT
 from hwgptbench.space import SearchSpace
 

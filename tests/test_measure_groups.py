@@ -13,10 +13,10 @@ import torch
 import yaml
 
 from conftest import REPO_ROOT
-from hwgptbench.measure import budget, groups, runner
 from hwgptbench.measure import stage as measurements
-from hwgptbench.measure.condition import Condition
-from hwgptbench.measure.latency import cuda_graph_callable
+from hwgptbench.meters import budget, groups, runner
+from hwgptbench.meters.condition import Condition
+from hwgptbench.meters.latency import cuda_graph_callable
 from hwgptbench.space import SearchSpace
 
 SPACE = SearchSpace.from_dict("small", {

@@ -11,7 +11,6 @@ import yaml
 from conftest import REPO_ROOT, make_project, run
 from hwgptbench import params
 from hwgptbench.cli import main
-from hwgptbench.measure.budget import GB
 from hwgptbench.measure.plan import (
     DeviceMemory,
     MemoryPlanError,
@@ -22,6 +21,7 @@ from hwgptbench.measure.plan import (
     plan_params,
     stand_in_shard,
 )
+from hwgptbench.meters.budget import GB
 from hwgptbench.space import SearchSpace
 
 PARAMS = REPO_ROOT / "params.yaml"

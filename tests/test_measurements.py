@@ -10,7 +10,7 @@ import yaml
 
 from conftest import REPO_ROOT, run
 from hwgptbench.measure import stage as measurements
-from hwgptbench.measure.device import auto_label, default_device, fingerprint
+from hwgptbench.meters.device import auto_label, default_device, fingerprint
 from hwgptbench.space import SearchSpace
 
 SPACE = SearchSpace.from_dict("small", {

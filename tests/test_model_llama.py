@@ -110,7 +110,7 @@ def test_flops_match_the_flop_counter(space: SearchSpace, supernet: SuperGPT) ->
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
-    from hwgptbench.measure.flops import forward_flops
+    from hwgptbench.meters.flops import forward_flops
 
     x = torch.randint(VOCAB, (2, 16))
     for arch in [space.largest(), *space.sample(3, 1)]:
@@ -131,8 +131,8 @@ def test_breakdown_labels_every_llama_step(space: SearchSpace) -> None:
 
 
 def test_surrogate_features_count_params_and_flops_of_the_family(space: SearchSpace) -> None:
-    from hwgptbench.measure.flops import forward_flops
-    from hwgptbench.surrogate.features import analytic_counts
+    from hwgptbench.meters.flops import forward_flops
+    from hwgptbench.predictors.features import analytic_counts
 
     archs = [space.largest(), space.smallest(), *space.sample(10, 2)]
     n_params, flops = analytic_counts(space, space.encode(archs), VOCAB, 2, 16)

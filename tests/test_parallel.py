@@ -13,8 +13,8 @@ import polars as pl
 import pytest
 import torch
 
-from hwgptbench.measure.memory import tensors_bytes
-from hwgptbench.measure.runner import build_model
+from hwgptbench.meters.memory import tensors_bytes
+from hwgptbench.meters.runner import build_model
 from hwgptbench.runtime import parallel
 from hwgptbench.runtime.parallel import (
     COLLECTIVE_FIELDS,

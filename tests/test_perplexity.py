@@ -9,11 +9,12 @@ import polars as pl
 import torch
 
 from conftest import REPO_ROOT, run
-from hwgptbench.data import TokenShards
+from hwgptbench.evaluation import perplexity
 from hwgptbench.model import SuperGPT
-from hwgptbench.perplexity import evaluate as perplexity
 from hwgptbench.space import SearchSpace, read_archs_from
-from hwgptbench.supernet import archs, train
+from hwgptbench.supernet import archs
+from hwgptbench.tokens.shards import TokenShards
+from hwgptbench.training import train
 
 SPACE = SearchSpace.from_dict("small", {
     "embed_dim": [32, 48], "n_layer": [1, 2], "n_head": [2, 3], "mlp_ratio": [2, 4],

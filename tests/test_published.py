@@ -18,7 +18,7 @@ import pytest
 from hwgptbench import published
 from hwgptbench.api import Benchmark, QueryError
 from hwgptbench.hwgpt_import.convert import convert, locate
-from hwgptbench.hwgpt_import.source import FILES, REV
+from hwgptbench.hwgpt_source import FILES, REV
 from hwgptbench.published.surrogates import cache_dir
 from hwgptbench.space import Arch, SearchSpace
 
@@ -181,7 +181,7 @@ def test_fresh_results_folder_queries_the_shipped_scale(published_s: Path) -> No
                               "params", "flops"], device=device, return_interval=True)
     assert table["params"].to_list() == shipped["params"].to_list()
     space = bench.space
-    from hwgptbench.measure.flops import forward_flops
+    from hwgptbench.meters.flops import forward_flops
     assert table["flops"].to_list() == [
         forward_flops(Arch.from_id(i), space, 50304, 1, space.block_size) for i in ids]
     assert (table["perplexity_lo"] <= table["perplexity_hi"]).all()

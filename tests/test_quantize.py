@@ -1,4 +1,4 @@
-"""Quantization of project GPTs (hwgptbench.measure.quantize) on the CPU."""
+"""Quantization of project GPTs (hwgptbench.meters.quantize) on the CPU."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from hwgptbench.measure import quantize as quant
-from hwgptbench.measure.quantize import (
+from hwgptbench.meters import quantize as quant
+from hwgptbench.meters.quantize import (
     METHODS,
     QuantizationUnsupported,
     backend_of,

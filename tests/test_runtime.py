@@ -21,17 +21,17 @@ from hwgptbench.figures.runtime import (
     serving_curves,
     serving_table,
 )
-from hwgptbench.measure.condition import Condition
-from hwgptbench.measure.device import auto_label, fingerprint
-from hwgptbench.measure.latency import measure_latency
-from hwgptbench.measure.runner import Settings, build_model
+from hwgptbench.meters.condition import Condition
+from hwgptbench.meters.device import auto_label, fingerprint
+from hwgptbench.meters.latency import measure_latency
+from hwgptbench.meters.runner import Settings, build_model
+from hwgptbench.predictors import fitting as surrogates
 from hwgptbench.runtime import stage as runtime
 from hwgptbench.runtime.breakdown import MODULE_CLASSES, OTHER, profile_breakdown
 from hwgptbench.runtime.rows import memory_pass, runtime_conditions
 from hwgptbench.runtime.serving import serving_sweep
 from hwgptbench.runtime.workloads import Unsupported, Workload, build_workload
 from hwgptbench.space import Arch, SearchSpace
-from hwgptbench.surrogate import stage as surrogates
 
 SPACE = SearchSpace.from_dict("small", {
     "embed_dim": [32, 48], "n_layer": [1, 2, 4], "n_head": [2, 3], "mlp_ratio": [2, 4],

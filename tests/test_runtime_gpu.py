@@ -16,8 +16,8 @@ import torch
 import yaml
 
 from conftest import REPO_ROOT
-from hwgptbench.measure.condition import Condition
-from hwgptbench.measure.runner import Settings
+from hwgptbench.meters.condition import Condition
+from hwgptbench.meters.runner import Settings
 from hwgptbench.runtime.rows import measure_condition
 from hwgptbench.runtime.workloads import build_workload, cuda_peak_memory
 from hwgptbench.space import Arch, SearchSpace

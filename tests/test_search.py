@@ -13,11 +13,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from hwgptbench.search import compute_reference, run
-from hwgptbench.search.evaluator import BudgetExhausted, Evaluator
-from hwgptbench.search.genome import Genome
-from hwgptbench.search.hypervolume import hypervolume, hypervolume_trace, pareto_mask
-from hwgptbench.search.summary import attainment, final_runs, metrics_document, summarize
+from hwgptbench.moo.evaluator import BudgetExhausted, Evaluator
+from hwgptbench.moo.genome import Genome
+from hwgptbench.moo.hypervolume import hypervolume, hypervolume_trace, pareto_mask
+from hwgptbench.moo.reference import compute_reference
+from hwgptbench.moo.runner import run
+from hwgptbench.moo.summary import attainment, final_runs, metrics_document, summarize
 from hwgptbench.space import Arch, SearchSpace
 
 SPACE = SearchSpace.from_dict("tiny", {
@@ -216,7 +217,7 @@ def test_stored_runs_carry_the_versions_of_their_libraries(problem: AnalyticProb
                                                            tmp_path) -> None:
     from importlib.metadata import version
 
-    from hwgptbench.search import run_seeds
+    from hwgptbench.moo.runner import run_seeds
 
     run_seeds(problem, reference, "rs", 4, [0], {}, tmp_path / "runs",
               labels={"objectives": "ppl-latency"})

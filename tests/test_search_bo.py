@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from hwgptbench.search import runner
-from hwgptbench.search.algorithms import get_algorithm
-from hwgptbench.search.evaluator import BudgetExhausted, Evaluator
-from hwgptbench.search.genome import Genome
-from hwgptbench.search.hypervolume import hypervolume, pareto_mask
-from hwgptbench.search.reference import Reference
+from hwgptbench.moo import runner
+from hwgptbench.moo.algorithms import get_algorithm
+from hwgptbench.moo.evaluator import BudgetExhausted, Evaluator
+from hwgptbench.moo.genome import Genome
+from hwgptbench.moo.hypervolume import hypervolume, pareto_mask
+from hwgptbench.moo.reference import Reference
 from hwgptbench.space import Arch, SearchSpace
 
 METHODS = ["rsbo", "lsbo", "ehvi"]
@@ -144,7 +144,7 @@ def test_a_botorch_without_the_private_sentinel_is_named(monkeypatch: pytest.Mon
                                                          ) -> None:
     from botorch.acquisition.multi_objective import logei
 
-    from hwgptbench.search.algorithms.bo import keep_pure_pytorch_logei
+    from hwgptbench.moo.algorithms.bo import keep_pure_pytorch_logei
 
     monkeypatch.delattr(logei, "_load_attempted")
     with pytest.raises(ImportError, match=r"has no .*_load_attempted.*botorch==0\.18\.\*"):

@@ -11,11 +11,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from hwgptbench.figures.tables import reference_table, write_table
-from hwgptbench.search import compute_reference, run
+from hwgptbench.figures.tables import reference_table
+from hwgptbench.moo.hypervolume import hypervolume, pareto_mask
+from hwgptbench.moo.optimise import optimise
+from hwgptbench.moo.reference import compute_reference
+from hwgptbench.moo.runner import run
+from hwgptbench.plotting.markdown import write_table
 from hwgptbench.search.front import final_fronts, merge_runs, rescore
-from hwgptbench.search.hypervolume import hypervolume, pareto_mask
-from hwgptbench.search.optimise import optimise
 from test_search import SPACE, AnalyticProblem
 
 SETS = {"ppl-latency": ["perplexity", "latency_ms"]}
@@ -139,8 +141,9 @@ def test_search_summary_scores_stored_runs_against_the_final_front(
     """The CLI as the workflow calls it: run folders, then --references."""
     from conftest import REPO_ROOT
     from hwgptbench import cli
-    from hwgptbench.search import run_seeds, save_reference
-    from hwgptbench.search.summary import read_runs
+    from hwgptbench.moo.reference import save_reference
+    from hwgptbench.moo.runner import run_seeds
+    from hwgptbench.moo.summary import read_runs
 
     reference, table = compute_reference(problem, 10, seed=0, evaluations=0)
     save_reference(reference, table, tmp_path / "reference")

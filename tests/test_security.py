@@ -17,15 +17,16 @@ import torch
 from conftest import Hostile
 from hwgptbench import Benchmark
 from hwgptbench.compress import finetune
-from hwgptbench.compress.dense import load_dense
-from hwgptbench.data import TokenShards
+from hwgptbench.evaluation.perplexity import evaluate_supernets
 from hwgptbench.io import TorchFileError, sha256_file
-from hwgptbench.perplexity.evaluate import evaluate_supernets
+from hwgptbench.model.dense import load_dense
+from hwgptbench.predictors import fitting as surrogates
+from hwgptbench.predictors import store
+from hwgptbench.predictors.store import SurrogateFileError
 from hwgptbench.space import SearchSpace
-from hwgptbench.supernet import train
-from hwgptbench.surrogate import stage as surrogates
-from hwgptbench.surrogate import store
-from hwgptbench.surrogate.store import SurrogateFileError
+from hwgptbench.surrogate.stage import merge_quality
+from hwgptbench.tokens.shards import TokenShards
+from hwgptbench.training import train
 
 SPACE = SearchSpace.from_dict("tiny", {
     "embed_dim": [32, 64], "n_layer": [1, 2], "n_head": [2, 4], "mlp_ratio": [2, 4],
@@ -78,7 +79,7 @@ def test_compression_loaders_refuse_code(tmp_path: Path, marker: Path) -> None:
 
 def test_pickled_huggingface_weights_need_the_opt_in(tmp_path: Path, marker: Path) -> None:
     transformers = pytest.importorskip("transformers")
-    from hwgptbench.compress.hf import PickledWeightsError, load_hf_llama
+    from hwgptbench.model.hf import PickledWeightsError, load_hf_llama
 
     config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
                                       num_hidden_layers=1, num_attention_heads=2,
@@ -109,7 +110,7 @@ def test_benchmark_refuses_a_surrogate_holding_code(tmp_path: Path, marker: Path
                                                  "epochs": 5}}
     folder = scale / "surrogates"
     surrogates.fit_perplexity(section, SPACE, 64, table, folder / "perplexity")
-    surrogates.merge_quality([folder / "perplexity" / "quality.parquet"], "tiny",
+    merge_quality([folder / "perplexity" / "quality.parquet"], "tiny",
                              folder / "quality.parquet", scale / "surrogate_quality.json")
     assert Benchmark.load("tiny", tmp_path / "results").query(archs[:2], "perplexity").height == 2
     weights = next((folder / "perplexity" / "mlp_ensemble").glob("*.pt"))

@@ -10,23 +10,23 @@ import numpy as np
 import polars as pl
 import pytest
 
-from hwgptbench.measure.flops import forward_flops
-from hwgptbench.space import SearchSpace
-from hwgptbench.surrogate import Surrogate
-from hwgptbench.surrogate import stage as surrogates
-from hwgptbench.surrogate.conformal import ConformalSurrogate, cross_conformal, widen, widening
-from hwgptbench.surrogate.features import analytic_counts, feature_matrix, feature_names
-from hwgptbench.surrogate.lightgbm_model import LightGBMSurrogate
-from hwgptbench.surrogate.linear import LinearSurrogate
-from hwgptbench.surrogate.mlp import MLPEnsembleSurrogate
-from hwgptbench.surrogate.quality import (
+from hwgptbench.meters.flops import forward_flops
+from hwgptbench.predictors import fitting as surrogates
+from hwgptbench.predictors.base import Surrogate
+from hwgptbench.predictors.conformal import ConformalSurrogate, cross_conformal, widen, widening
+from hwgptbench.predictors.features import analytic_counts, feature_matrix, feature_names
+from hwgptbench.predictors.lightgbm_model import LightGBMSurrogate
+from hwgptbench.predictors.linear import LinearSurrogate
+from hwgptbench.predictors.mlp import MLPEnsembleSurrogate
+from hwgptbench.predictors.quality import (
     cross_validate,
     fold_indices,
     interval_coverage,
     out_of_fold,
     relative_errors,
 )
-from hwgptbench.surrogate.store import SurrogateMismatchError, load_surrogate, save_surrogate
+from hwgptbench.predictors.store import SurrogateMismatchError, load_surrogate, save_surrogate
+from hwgptbench.space import SearchSpace
 
 SPACES = {
     "tiny": {"embed_dim": [64, 96, 128], "n_layer": [2, 3, 4], "n_head": [2, 4],

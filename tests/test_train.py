@@ -10,11 +10,11 @@ import polars as pl
 import pytest
 import torch
 
-from hwgptbench.data import TokenShards
 from hwgptbench.io import TorchFileError
 from hwgptbench.params import ParamsError
 from hwgptbench.space import SearchSpace
-from hwgptbench.supernet import train
+from hwgptbench.tokens.shards import TokenShards
+from hwgptbench.training import train
 
 SMALL_SPACE = SearchSpace.from_dict("small", {
     "embed_dim": [32, 48], "n_layer": [1, 2], "n_head": [2, 3], "mlp_ratio": [2, 4],

@@ -13,9 +13,9 @@ import yaml
 from conftest import REPO_ROOT, make_project, run
 from hwgptbench import Benchmark, cli, params
 from hwgptbench.figures.transfer import transfer_quality, transfer_table
+from hwgptbench.predictors.features import analytic_counts
+from hwgptbench.predictors.quality import fold_indices
 from hwgptbench.space import Arch, SearchSpace
-from hwgptbench.surrogate.features import analytic_counts
-from hwgptbench.surrogate.quality import fold_indices
 from hwgptbench.transfer import TransferError
 from hwgptbench.transfer.adapt import adapt_device
 from hwgptbench.transfer.evaluate import (
@@ -23,6 +23,7 @@ from hwgptbench.transfer.evaluate import (
     adapt_predictions,
     evaluate,
     held_out_case,
+    report,
     retest,
     scores,
     source_indices,
@@ -176,7 +177,7 @@ def test_a_single_target_gives_an_empty_table_with_the_reason() -> None:
     assert table.height == 1 and table["status"][0] == "skipped"
     assert "1 measured target" in table["reason"][0] and "at least 2" in table["reason"][0]
     assert summarize(table).is_empty()
-    assert transfer_table(summarize(table), table)["reason"][0] == table["reason"][0]
+    assert transfer_table(report(table, 10), table)["reason"][0] == table["reason"][0]
 
 
 def test_runtime_workloads_are_targets_of_their_own(measurements: pl.DataFrame) -> None:
@@ -321,12 +322,13 @@ def test_transfer_params_are_checked_across_fields() -> None:
 
 
 def test_figure_and_table_of_a_small_evaluation(quality: pl.DataFrame, tmp_path: Path) -> None:
-    paths = transfer_quality(quality, tmp_path / "transfer_quality")
+    summary = report(quality, 10)
+    paths = transfer_quality(summary, quality, tmp_path / "transfer_quality")
     assert [p.suffix for p in paths] == [".png", ".svg"] and all(p.stat().st_size for p in paths)
     first = paths[0].read_bytes()
-    transfer_quality(quality, tmp_path / "transfer_quality")
+    transfer_quality(summary, quality, tmp_path / "transfer_quality")
     assert paths[0].read_bytes() == first
-    table = transfer_table(summarize(quality, [10]), quality)
+    table = transfer_table(summary, quality)
     assert {"basis", "full_surrogate", "flops"} <= set(table["method"])
 
 

@@ -11,4 +11,4 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
 
 # keep `import hwgptbench` light: the API and the supernet reader load on first use
-__getattr__ = lazy_exports(__name__, {"Benchmark": "api", "load_supernet": "supernet.train"})
+__getattr__ = lazy_exports(__name__, {"Benchmark": "api", "load_supernet": "training.train"})

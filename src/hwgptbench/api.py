@@ -44,18 +44,18 @@ import polars as pl
 from . import layout, published
 from .errors import UserError
 from .io import read_json, read_parquet
-from .measure.condition import (
+from .meters.condition import (
     CONDITION_KEYS,
     DEFAULTS,
     SHAPE_KEYS,
     Condition,
     with_condition_columns,
 )
+from .predictors.base import Surrogate
+from .predictors.features import analytic_counts, features_of_encoded
+from .predictors.store import METADATA, load_surrogate, read_metadata
 from .schema import ANY
 from .space import Arch, SearchSpace
-from .surrogate import Surrogate
-from .surrogate.features import analytic_counts, features_of_encoded
-from .surrogate.store import METADATA, load_surrogate, read_metadata
 
 PERPLEXITY = "perplexity"
 # metrics of the arch alone, from the perplexity table: no device, no condition

@@ -68,7 +68,7 @@ def archs_of_file(path: Path) -> list[str]:
 
 def cmd_publish_device(args: argparse.Namespace) -> None:
     """Publish a device's measurement table (devices/{scale}/{label}.parquet) to the DVC remote."""
-    from .measure.stage import device_label
+    from .meters.campaign import device_label
     from .remote import publish_device
 
     section = load(args, ["measure"])["measure"]

@@ -43,7 +43,7 @@ def vocab_size(args: argparse.Namespace) -> int:
     """--vocab-size, else that of --data (default: the data stage's folder of the params)."""
     if args.vocab_size:
         return int(args.vocab_size)
-    from .data import TokenShards
+    from .tokens.shards import TokenShards
 
     folder = args.data or layout.data(load(args, ["data"])["data"]["name"])
     return TokenShards.open(folder).manifest["tokenizer"]["vocab_size"]

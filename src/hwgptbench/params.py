@@ -185,7 +185,7 @@ def surrogate_problems(surrogate: dict[str, Any]) -> list[str]:
 
 def import_problems(doc: dict[str, Any]) -> list[str]:
     """Why ``perplexity.source: hwgptbench`` cannot serve ``workflow.scales``."""
-    from .hwgpt_import.source import FILES
+    from .hwgpt_source import FILES
 
     perplexity, workflow = doc.get("perplexity"), doc.get("workflow")
     if not perplexity or not workflow or perplexity.get("source") != "hwgptbench":

@@ -36,7 +36,7 @@ def local_device():
     Only asked for when params say `auto`: a cluster plan needs no torch on the login node."""
     if config["measure"]["device"] != "auto":
         return config["measure"]["device"]
-    from hwgptbench.measure.device import auto_label, default_device, fingerprint
+    from hwgptbench.meters.device import auto_label, default_device, fingerprint
 
     return auto_label(fingerprint(config["measure"]["threads"], default_device()))
 

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from .. import data, io, params
+from .. import io, params
 from ..options import Add
 from ..space import SearchSpace
+from ..tokens.shards import TokenShards
 
 if TYPE_CHECKING:
     import torch
@@ -60,7 +61,7 @@ def _space(section: dict[str, Any]) -> SearchSpace:
 def cmd_dense(args: argparse.Namespace) -> None:
     """The dense model: trained here (source pretrain) or imported from a local Hugging Face
     LLaMA-family checkpoint (source huggingface)."""
-    from ..supernet.train import TrainConfig
+    from ..training.train import TrainConfig
     from .dense import from_huggingface, pretrain
 
     section = _section(args)
@@ -69,7 +70,7 @@ def cmd_dense(args: argparse.Namespace) -> None:
         from_huggingface(section["checkpoint"], space, args.out,
                          section["allow_pickle_weights"])
         return
-    shards = data.TokenShards.open(args.data, verify=True)
+    shards = TokenShards.open(args.data, verify=True)
     pretrain(space, TrainConfig.from_params(section["pretrain"]), shards, args.out,
              args.work_dir)
 
@@ -77,11 +78,11 @@ def cmd_dense(args: argparse.Namespace) -> None:
 def cmd_finetune(args: argparse.Namespace) -> None:
     """Order the dense model's heads and MLP channels by importance, import it into the
     supernet of compress.space and fine-tune that once with the sandwich rule (resumes)."""
-    from ..supernet.train import TrainConfig
+    from ..training.train import TrainConfig
     from .finetune import finetune
 
     section = _section(args)
-    shards = data.TokenShards.open(args.data, verify=True)
+    shards = TokenShards.open(args.data, verify=True)
     finetune(args.dense, _space(section), TrainConfig.from_params(section["finetune"]), shards,
              section["importance"], args.out, args.work_dir)
 
@@ -90,16 +91,16 @@ def _evaluator(section: dict[str, Any], data_dir: str, supernet_path: str) -> Su
     """Sub-network evaluation on the held-out data the params describe, on this machine."""
     import torch
 
-    from ..perplexity.evaluate import validation_batches
-    from ..supernet.train import load_supernet, resolve_device
+    from ..evaluation.perplexity import validation_batches
+    from ..evaluation.tasks import build_cloze
+    from ..training.train import load_supernet, resolve_device
     from .evaluate import SubnetEvaluator
-    from .tasks import build_cloze
 
     torch.set_num_threads(section["timing"]["threads"])
     evaluate = section["evaluate"]
     device = resolve_device(evaluate["device"])
     supernet, space = load_supernet(supernet_path, device)
-    val = data.TokenShards.open(data_dir).split("val")
+    val = TokenShards.open(data_dir).split("val")
     batches = validation_batches(val, space.block_size, evaluate["batches"],
                                  evaluate["batch_size"], evaluate["seed"])
     cloze = evaluate["cloze"]
@@ -129,12 +130,12 @@ def cmd_search(args: argparse.Namespace) -> None:
     io.write_parquet(subnets, args.subnets_out)
 
 
-def _baseline_plan(section: dict[str, Any], dense: GPT, shards: data.TokenShards,
+def _baseline_plan(section: dict[str, Any], dense: GPT, shards: TokenShards,
                    calibration: list[torch.Tensor], device: torch.device) -> BaselinePlan:
     """The table's baselines as compress.table.baseline_finetune asks: the pretrained dense
     model in the importance order the supernet import gave it, and the recovery fine-tune
     with compress.finetune's budget."""
-    from ..supernet.train import TrainConfig, WindowSampler
+    from ..training.train import TrainConfig, WindowSampler
     from .importance import reorder, unit_importance
     from .recovery import recover
     from .table import BaselinePlan
@@ -153,7 +154,7 @@ def _table(section: dict[str, Any], evaluator: SubnetEvaluator, data_dir: str,
            dense_path: str, subnets: pl.DataFrame) -> pl.DataFrame:
     """The compression table (hwgptbench.compress.table) of the evaluator's fine-tuned
     supernet."""
-    from .dense import load_dense
+    from ..model.dense import load_dense
     from .finetune import calibration_batches
     from .table import compression_table, picks
 
@@ -161,7 +162,7 @@ def _table(section: dict[str, Any], evaluator: SubnetEvaluator, data_dir: str,
     largest = evaluator.space.largest()  # the fair reference: the fine-tuned dense shape
     chosen = picks(subnets, evaluator.perplexity(largest), section["search"]["objectives"],
                    section["table"]["tolerances"], largest.id)
-    shards = data.TokenShards.open(data_dir)
+    shards = TokenShards.open(data_dir)
     calibration = calibration_batches(shards, evaluator.space.block_size, section["importance"])
     plan = _baseline_plan(section, dense, shards, calibration, evaluator.device)
     table = compression_table(dense, evaluator, chosen, section["quantize"], plan)
@@ -183,7 +184,7 @@ def cmd_seed(args: argparse.Namespace) -> None:
     """One more fine-tune seed of the compression (compress.seeds): the fine-tune, search and
     table again, with compress.finetune.seed and compress.search.seed offset by
     ``--seed-index``; the table goes to --out, the rest to --work-dir (resumes)."""
-    from ..supernet.train import TrainConfig
+    from ..training.train import TrainConfig
     from .finetune import finetune
 
     section = _section(args)
@@ -194,7 +195,7 @@ def cmd_seed(args: argparse.Namespace) -> None:
         section[entry] = section[entry] | {"seed": section[entry]["seed"] + args.seed_index}
     work = Path(args.work_dir)
     supernet = finetune(args.dense, _space(section), TrainConfig.from_params(section["finetune"]),
-                        data.TokenShards.open(args.data, verify=True), section["importance"],
+                        TokenShards.open(args.data, verify=True), section["importance"],
                         work / "supernet", work / "finetune")
     evaluator = _evaluator(section, args.data, str(supernet))  # the search's and the table's
     runs, subnets = _search(section, evaluator)
@@ -206,8 +207,8 @@ def cmd_seed(args: argparse.Namespace) -> None:
 def cmd_figures(args: argparse.Namespace) -> None:
     """The compression figure, its table and the search's edge over the baselines (CSV and
     Markdown; over the tables of every fine-tune seed, with intervals)."""
-    from ..figures.compress import compression_figure, compression_summary, search_edge
-    from ..figures.tables import write_table
+    from ..plotting.markdown import write_table
+    from .figures import compression_figure, compression_summary, search_edge
 
     table, subnets = pl.read_parquet(args.table), pl.read_parquet(args.subnets)
     out = Path(args.out_dir)
@@ -224,10 +225,10 @@ def cmd_finetune_methods(args: argparse.Namespace) -> None:
 
     import torch
 
-    from ..measure.device import fingerprint
-    from ..supernet.train import resolve_device
+    from ..meters.device import fingerprint
+    from ..model.dense import load_dense
+    from ..training.train import resolve_device
     from ..versions import library_versions
-    from .dense import load_dense
     from .finetune_methods import measure_finetune_methods
 
     section = _section(args)

@@ -6,56 +6,24 @@ the largest arch of the compression search space (``compress.space``).
 - ``pretrain``: the space's largest arch trained on the corpus with the supernet trainer over
   the one-arch space of that arch (plain training: every step trains the one model), with the
   same checkpoint/resume.
-- ``huggingface``: a local LLaMA-family checkpoint (:mod:`hwgptbench.compress.hf`); its
+- ``huggingface``: a local LLaMA-family checkpoint (:mod:`hwgptbench.model.hf`); its
   dims must be those of the space's largest arch.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 from pathlib import Path
-from typing import Any
 
-import torch
-
-from ..data import TokenShards
-from ..io import load_torch, save_torch
-from ..model import GPT, GPTConfig
-from ..space import Arch, SearchSpace
-from ..supernet.train import TrainConfig, load_supernet, train
+from ..model.dense import save_dense
+from ..space import SearchSpace
+from ..tokens.shards import TokenShards
+from ..training.train import TrainConfig, load_supernet, train
 
 log = logging.getLogger(__name__)
 
-FORMAT = "hwgptbench-dense/1"
 SOURCES = ("pretrain", "huggingface")
-
-
-def config_to_dict(config: GPTConfig) -> dict[str, Any]:
-    """A config as plain data (the arch by its id)."""
-    return {**dataclasses.asdict(config), "arch": config.arch.id}
-
-
-def config_from_dict(data: dict[str, Any]) -> GPTConfig:
-    return GPTConfig(**{**data, "arch": Arch.from_id(data["arch"])})
-
-
-def save_dense(model: GPT, path: str | Path, origin: dict[str, Any]) -> None:
-    """Write the dense model file atomically; ``origin`` says where the weights come from."""
-    save_torch({"format": FORMAT, "config": config_to_dict(model.config), "origin": origin,
-                "model": model.state_dict()}, Path(path))
-
-
-def load_dense(path: str | Path, device: str | torch.device = "cpu") -> GPT:
-    """The dense model of a file written by :func:`save_dense`, in eval mode."""
-    state = load_torch(path, "delete it and rerun: the compress rule pretrains it again", device)
-    if state.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a dense model file of format {FORMAT}")
-    with torch.device(device):
-        model = GPT(config_from_dict(state["config"]))
-    model.load_state_dict(state["model"])
-    return model.eval()
 
 
 def file_sha256(path: str | Path) -> str:
@@ -96,7 +64,7 @@ def from_huggingface(checkpoint: str | Path, space: SearchSpace, out: str | Path
                      allow_pickle: bool = False) -> Path:
     """Import a local Hugging Face LLaMA-family checkpoint as the dense file ``out`` (its
     safetensors weights; pickled ``.bin`` weights only with ``allow_pickle``)."""
-    from .hf import load_hf_llama
+    from ..model.hf import load_hf_llama
 
     model = load_hf_llama(checkpoint, block_size=space.block_size, allow_pickle=allow_pickle)
     save_dense(model, out, {"source": "huggingface", "checkpoint": str(checkpoint)})

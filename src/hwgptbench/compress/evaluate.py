@@ -4,7 +4,7 @@
 - ``accuracy``: the multiple-choice cloze task on held-out text (:mod:`.tasks`);
 - ``params``: exact parameter count; ``size_mb``: bytes of the serialized weights;
 - ``latency_ms``: median prefill time of one (batch_size, seq_len) call, timed on this machine
-  until the median's confidence interval is tight (:func:`hwgptbench.measure.latency`), and
+  until the median's confidence interval is tight (:func:`hwgptbench.meters.latency`), and
   ``tokens_per_s`` = batch_size * seq_len / latency.
 
 The search's objectives come from :class:`CompressProblem`, which caches every arch's values,
@@ -20,16 +20,13 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn as nn
 
-from ..measure.latency import measure_latency
-from ..measure.runner import cpu_estimator
+from ..evaluation.tasks import ClozeItems, score_cloze
+from ..meters.prefill import time_prefill
 from ..model import SuperGPT
 from ..space import Arch, SearchSpace
-from .tasks import ClozeItems, score_cloze
 
 OBJECTIVES = ("perplexity", "params", "latency_ms")
-TIMING_KEYS = ("warmup", "min_repeats", "max_repeats", "target_rel_ci", "max_seconds")
 
 
 @torch.inference_mode()
@@ -37,47 +34,6 @@ def mean_loss(model: Callable[..., Any], batches: Sequence[tuple[torch.Tensor, t
               device: torch.device) -> float:
     """Mean cross-entropy of model over (x, y) batches."""
     return sum(float(model(x.to(device), y.to(device))[1]) for x, y in batches) / len(batches)
-
-
-def prefill_ids(timing: dict[str, Any], vocab_size: int) -> torch.Tensor:
-    """The timed prefill's input: seeded token ids of the timing's (batch_size, seq_len)."""
-    generator = torch.Generator().manual_seed(0)
-    return torch.randint(vocab_size, (timing["batch_size"], timing["seq_len"]),
-                         generator=generator)
-
-
-def prefill_call(model: nn.Module, timing: dict[str, Any], vocab_size: int,
-                 device: torch.device) -> Callable[[], torch.Tensor]:
-    """One prefill of :func:`prefill_ids`, no autograd."""
-    x = prefill_ids(timing, vocab_size).to(device)
-
-    def call() -> torch.Tensor:
-        with torch.inference_mode():
-            return model(x)
-
-    return call
-
-
-def speed(latency_ms: float, timing: dict[str, Any]) -> dict[str, float]:
-    """latency_ms and the prefill throughput it gives, tokens_per_s."""
-    tokens = timing["batch_size"] * timing["seq_len"]
-    return {"latency_ms": latency_ms, "tokens_per_s": 1000.0 * tokens / latency_ms}
-
-
-def timing_kwargs(timing: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    """The latency timers' keyword arguments of a ``compress.timing`` section on device: the
-    repeats and stopping rule it sets, and its ``estimator`` on a CPU (the measure stage's
-    protocol, docs/measure.md; CUDA events: the median)."""
-    return {**{k: timing[k] for k in TIMING_KEYS if k in timing},
-            "estimator": cpu_estimator(timing, torch.device(device))}
-
-
-def time_prefill(model: nn.Module, timing: dict[str, Any], vocab_size: int,
-                 device: torch.device) -> dict[str, float]:
-    """latency_ms (the timing's estimator) and tokens_per_s of one prefill call of model."""
-    call = prefill_call(model, timing, vocab_size, device)
-    stats = measure_latency(call, device, **timing_kwargs(timing, device))
-    return speed(stats["latency_ms"], timing)
 
 
 @dataclass
@@ -141,7 +97,7 @@ class SubnetEvaluator:
 
 @dataclass
 class CompressProblem:
-    """The Problem interface of :class:`hwgptbench.search.evaluator.Evaluator`: objective
+    """The Problem interface of :class:`hwgptbench.moo.evaluator.Evaluator`: objective
     values of sub-networks, evaluated (and cached) by a :class:`SubnetEvaluator`."""
 
     evaluator: SubnetEvaluator

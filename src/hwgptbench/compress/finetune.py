@@ -4,7 +4,7 @@ The dense model's heads and MLP channels are ordered by importance on calibratio
 training windows (:mod:`hwgptbench.compress.importance`), its weights become the supernet's
 (the largest sub-network is the dense model exactly), and the supernet is fine-tuned with the
 sandwich rule by the supernet trainer, which checkpoints and resumes
-(:func:`hwgptbench.supernet.train.train` with the imported weights as ``init``).
+(:func:`hwgptbench.training.train.train` with the imported weights as ``init``).
 """
 
 from __future__ import annotations
@@ -17,18 +17,13 @@ from typing import Any
 import polars as pl
 import torch
 
-from ..data import TokenShards
 from ..io import atomic_path, canonical_json, load_torch, save_torch
 from ..model import GPT, SuperGPT
+from ..model.dense import load_dense
 from ..space import SearchSpace
-from ..supernet.train import (
-    TrainConfig,
-    WindowSampler,
-    step_rng,
-    supernet_state,
-    train,
-)
-from .dense import file_sha256, load_dense
+from ..tokens.shards import TokenShards
+from ..training.train import TrainConfig, WindowSampler, step_rng, supernet_state, train
+from .dense import file_sha256
 from .importance import LayerImportance, reorder, unit_importance
 
 log = logging.getLogger(__name__)

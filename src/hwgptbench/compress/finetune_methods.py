@@ -2,7 +2,7 @@
 
 Each method starts from a fresh copy of the same weights (a model factory called once per
 method: ``functools.partial(load_dense, path, device)`` for the compression stage's dense model,
-:func:`hwgptbench.measure.runner.build_model` with a fixed seed in tests) and is timed on the
+:func:`hwgptbench.meters.runner.build_model` with a fixed seed in tests) and is timed on the
 training step of the ``train_step`` workload (:mod:`hwgptbench.runtime.workloads`): forward
 with the loss, backward, AdamW step over the trainable parameters, gradients set to None. The
 weights stay fp32; ``bf16`` runs the forward under autocast (mixed precision, as training runs).
@@ -30,7 +30,7 @@ Memory (``memory_peak_mb``, MB = 2**20 bytes) is the peak of one step after a fi
 AdamW's state: the exact bytes held before the step (weights, buffers, optimizer state) plus the
 peak growth of PyTorch's allocator during it (activations, gradients, optimizer temporaries):
 on CUDA ``max_memory_allocated`` over ``memory_allocated`` before the step, on the CPU the
-allocator's events (:func:`hwgptbench.measure.memory.cpu_allocation_peak`). Counting from the
+allocator's events (:func:`hwgptbench.meters.memory.cpu_allocation_peak`). Counting from the
 step rather than from before the model was built leaves out cuBLAS's workspaces (64 MiB on an
 H200, allocated through PyTorch's allocator by the first method's first step, so a baseline
 before it charged them to that method alone), as the CPU count leaves out library scratch.
@@ -48,17 +48,11 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..measure.device import DTYPES, dtype_unsupported_reason, release
-from ..measure.latency import is_out_of_memory, measure_latency
-from ..measure.memory import (
-    MB,
-    cpu_allocation_peak,
-    optimizer_bytes,
-    tensor_bytes,
-    tensors_bytes,
-)
+from ..meters.device import DTYPES, dtype_unsupported_reason, release
+from ..meters.latency import is_out_of_memory, measure_latency
+from ..meters.memory import MB, cpu_allocation_peak, optimizer_bytes, tensor_bytes, tensors_bytes
 from ..model import GPT
-from ..runtime.workloads import TRAIN_LR, autocast
+from ..training.step import TRAIN_LR, autocast
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 A pruning baseline is only a fair rival of the search when it gets the extra training the
 supernet got. :func:`recover` trains a fixed :class:`~hwgptbench.model.GPT` with the
-``compress.finetune`` params (:class:`~hwgptbench.supernet.train.TrainConfig`): the same number
+``compress.finetune`` params (:class:`~hwgptbench.training.train.TrainConfig`): the same number
 of optimizer steps, on the same training windows in the same order (the window of step s is
 drawn from ``step_rng(seed, s, 0)``, as the supernet trainer draws it), with the same AdamW,
 warm-up and cosine schedule, gradient clipping and (on CUDA) bf16 autocast. What differs is
@@ -22,7 +22,7 @@ import torch
 from tqdm import tqdm
 
 from ..model import GPT
-from ..supernet.train import (
+from ..training.train import (
     TrainConfig,
     WindowSampler,
     build_optimizer,

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..search.algorithms import options_of
-from ..search.hypervolume import pareto_mask
-from ..search.reference import Reference
-from ..search.runner import run
+from ..moo.algorithms import options_of
+from ..moo.hypervolume import pareto_mask
+from ..moo.reference import Reference
+from ..moo.runner import run
 from ..space import Arch
 from .evaluate import CompressProblem, SubnetEvaluator
 

@@ -42,8 +42,10 @@ import polars as pl
 import torch
 import torch.nn as nn
 
-from ..measure.latency import measure_latency_interleaved
-from ..measure.quantize import QuantizationUnsupported, backend_of, model_size_bytes, quantize
+from ..evaluation.tasks import score_cloze
+from ..meters.latency import measure_latency_interleaved
+from ..meters.prefill import prefill_call, speed, timing_kwargs
+from ..meters.quantize import QuantizationUnsupported, backend_of, model_size_bytes, quantize
 from ..model import GPT
 from ..space import Arch
 from .baselines import (
@@ -56,8 +58,7 @@ from .baselines import (
     uniform_width,
     wanda,
 )
-from .evaluate import SubnetEvaluator, mean_loss, prefill_call, speed, timing_kwargs
-from .tasks import score_cloze
+from .evaluate import SubnetEvaluator, mean_loss
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ log = logging.getLogger("hwgptbench")
 
 def cmd_data(args: argparse.Namespace) -> None:
     """Tokenize the corpus into token shards."""
-    from .shards import build
+    from .build import build
 
     config = load(args, ["data"])["data"]
     out = args.out or layout.data(config["name"])

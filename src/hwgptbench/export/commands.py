@@ -65,7 +65,7 @@ def cmd_export_pareto(args: argparse.Namespace) -> None:
     import polars as pl
 
     from .. import params
-    from ..data.tokenizer import TOKENIZER_FILE
+    from ..tokens.tokenizer import TOKENIZER_FILE
     from .pareto import chosen_archs, export_archs
 
     merged = params.merge_files(args.params or ["params.yaml"], ["export", "compress"])

@@ -2,12 +2,12 @@
 and lm-eval's tasks, run on the exported model files rather than the checkpoint they came from.
 
 The offline tasks run on the data stage's held-out (``val``) split, for any format: ``cloze``
-(:func:`hwgptbench.compress.tasks.build_cloze` / ``score_cloze``, the items of
+(:func:`hwgptbench.evaluation.tasks.build_cloze` / ``score_cloze``, the items of
 ``compress.evaluate.cloze``) and ``perplexity`` (the mean loss over ``batches`` seeded windows
 of the model's whole context, ``compress.evaluate``'s batches, batch size and seed). Every
 other task name (or a task YAML file) goes to lm-eval: an ``hf`` folder that holds its
 tokenizer through lm-eval's own ``hf`` model, the other formats (and an ``hf`` folder without
-a tokenizer) through :mod:`hwgptbench.compress.lm_eval_adapter` with the data stage's
+a tokenizer) through :mod:`hwgptbench.evaluation.lm_eval_adapter` with the data stage's
 tokenizer. lm-eval runs with the Hugging Face hub offline: a task whose data is not in the
 local cache is a :class:`~hwgptbench.errors.UserError` that says how to provide it.
 """
@@ -100,8 +100,8 @@ def _check_cloze(settings: dict[str, int], block_size: int) -> None:
 
 def cloze_task(run: Logits, val: Sequence[Any], settings: dict[str, int], block_size: int,
                batch_size: int) -> dict[str, float | int]:
-    """:func:`~hwgptbench.compress.tasks.score_cloze` of the model on items of the val split."""
-    from ..compress.tasks import build_cloze, score_cloze
+    """:func:`~hwgptbench.evaluation.tasks.score_cloze` of the model on items of the val split."""
+    from ..evaluation.tasks import build_cloze, score_cloze
 
     _check_cloze(settings, block_size)
     try:
@@ -116,7 +116,7 @@ def cloze_task(run: Logits, val: Sequence[Any], settings: dict[str, int], block_
 def perplexity_task(run: Logits, val: Sequence[Any], settings: dict[str, int],
                     block_size: int) -> dict[str, float | int]:
     """Mean next-token loss and perplexity over seeded windows of block_size tokens of val."""
-    from ..perplexity.evaluate import validation_batches
+    from ..evaluation.perplexity import validation_batches
 
     try:
         batches = validation_batches(val, block_size, settings["batches"],
@@ -159,7 +159,7 @@ def hub_offline() -> Iterator[None]:
 
 def _lm_eval() -> Any:
     """The ``lm_eval`` package, or a UserError that says how to install it."""
-    from ..compress.lm_eval_adapter import import_lm_eval
+    from ..evaluation.lm_eval_adapter import import_lm_eval
 
     try:
         return import_lm_eval()
@@ -215,7 +215,7 @@ def lm_eval_tasks(run: Logits | None, hf_dir: Path | None, tokenizer: Any, block
                 tasks=list(tasks), device="cpu", batch_size=batch_size, task_manager=manager,
                 limit=limit, num_fewshot=num_fewshot)
             return _metrics(output["results"])
-        from ..compress.lm_eval_adapter import evaluate_tasks
+        from ..evaluation.lm_eval_adapter import evaluate_tasks
 
         assert run is not None
         return evaluate_tasks(run, tokenizer, block_size, tasks, batch_size=batch_size,
@@ -257,7 +257,7 @@ def evaluate_export(folder: str | Path, data_dir: str | Path, fmt: str | None = 
     """The results of the fmt model of an export folder (default: :func:`pick_format`) on
     tasks: :data:`OFFLINE_TASKS` with settings (default :data:`DEFAULTS`), the rest lm-eval's
     (``limit`` examples of each, ``num_fewshot`` shots)."""
-    from ..data import TokenShards
+    from ..tokens.shards import TokenShards
 
     folder, data_dir = Path(folder), Path(data_dir)
     if not folder.is_dir():

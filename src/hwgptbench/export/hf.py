@@ -1,7 +1,7 @@
 """A Hugging Face folder of a uniform arch: ``LlamaForCausalLM`` (family ``llama``) or
 ``GPTNeoXForCausalLM`` (``gpt_neox``), safetensors weights, plus the tokenizer.
 
-The reverse of :mod:`hwgptbench.compress.hf` for llama: its weight-name table read right to
+The reverse of :mod:`hwgptbench.model.hf` for llama: its weight-name table read right to
 left (the fused ``qkv`` rows split into q, k, v; the same head layout and rotate-half rotary,
 ``num_key_value_heads`` the layer's key/value heads, ``head_dim`` the space's head size).
 
@@ -27,9 +27,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..compress.hf import dtype_kwarg
 from ..errors import UserError
 from ..model import GPT, GPTConfig
+from ..model.hf import dtype_kwarg
 from .check import FormatUnavailableError, Logits
 
 INSTALL_HINT = "pip install 'hwgptbench[hf]'"
@@ -86,7 +86,7 @@ def _tokenizer(transformers: Any, path: str | Path, config: GPTConfig) -> tuple[
     eos), and EOT's id."""
     from tokenizers import Tokenizer
 
-    from ..data.tokenizer import EOT_TOKEN
+    from ..tokens.tokenizer import EOT_TOKEN
 
     tokenizer = Tokenizer.from_file(str(path))
     eot = tokenizer.token_to_id(EOT_TOKEN)

@@ -101,10 +101,10 @@ def latency(model: GPT, folder: Path, ids: Tensor, timing: dict[str, Any],
             threads: int | None = None) -> dict[str, Any]:
     """ms per forward of ids through ONNX Runtime and through the eager model (fp32, on the
     CPU, ``threads`` intra-op threads for both, default each library's choice), timed
-    interleaved (:func:`~hwgptbench.measure.latency.measure_latency_interleaved`, ``timing``:
+    interleaved (:func:`~hwgptbench.meters.latency.measure_latency_interleaved`, ``timing``:
     a ``compress.timing`` section, its estimator included), and their ratio."""
-    from ..compress.evaluate import timing_kwargs
-    from ..measure.latency import measure_latency_interleaved
+    from ..meters.latency import measure_latency_interleaved
+    from ..meters.prefill import timing_kwargs
 
     if any(p.device.type != "cpu" for p in model.parameters()):
         raise ValueError("latency compares on the CPU: move the model there first")

@@ -19,9 +19,9 @@ from typing import Any
 
 import polars as pl
 
-from ..compress.evaluate import prefill_ids
 from ..errors import UserError
 from ..io import atomic_dir, check_output_dir, write_parquet
+from ..meters.prefill import prefill_ids
 from . import onnx_export
 from .write import export_arch, open_source
 

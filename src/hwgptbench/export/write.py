@@ -143,10 +143,10 @@ def open_source(checkpoint_path: str | Path) -> tuple[Callable[[str], GPT], dict
     read once: the function from an arch id to its fixed GPT (CPU, fp32, eval mode), and the
     file's info for the manifest: ``checkpoint``, ``checkpoint_sha256``, ``kind`` (supernet |
     dense), ``space``."""
-    from ..compress.dense import FORMAT as DENSE_FORMAT
-    from ..compress.dense import load_dense
-    from ..supernet.train import FORMAT as SUPERNET_FORMAT
-    from ..supernet.train import load_supernet
+    from ..model.dense import FORMAT as DENSE_FORMAT
+    from ..model.dense import load_dense
+    from ..training.train import FORMAT as SUPERNET_FORMAT
+    from ..training.train import load_supernet
 
     path = Path(checkpoint_path)
     header = load_torch(path, "pass a supernet file or the compression's dense.pt", mmap=True)

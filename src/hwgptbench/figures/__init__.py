@@ -18,11 +18,9 @@ __getattr__ = lazy_exports(__name__, {
     "pareto_3d": "benchmark",
     "pareto_fronts": "benchmark",
     "quality_table": "tables",
-    "save": "style",
     "surrogate_calibration": "surrogate",
     "surrogate_scatter": "surrogate",
-    "write_table": "tables",
 })
 __all__ = ["attainment_surfaces", "device_correlation", "device_summary", "dimension_effects",
            "hypervolume_curves", "hypervolume_table", "loss_curve", "pareto_3d", "pareto_fronts",
-           "quality_table", "save", "surrogate_calibration", "surrogate_scatter", "write_table"]
+           "quality_table", "surrogate_calibration", "surrogate_scatter"]

@@ -13,10 +13,8 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from scipy.stats import kendalltau
 
-from ..schema import fully_trained
-from ..search.hypervolume import pareto_mask
-from ..space import Arch
-from .style import (
+from ..moo.hypervolume import pareto_mask
+from ..plotting.style import (
     CLOUD_COLOR,
     DOUBLE_WIDTH,
     FRONT_COLOR,
@@ -30,6 +28,8 @@ from .style import (
     save,
     styled,
 )
+from ..schema import fully_trained
+from ..space import Arch
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ PathLike = str | os.PathLike[str]
 
 def measured(measurements: pl.DataFrame) -> pl.DataFrame:
     """The ok rows of a measurements table with a ``condition`` column
-    (``b{batch}-t{seq}-{dtype}-{launch}``, as ``hwgptbench.measure.condition.condition_id``)."""
+    (``b{batch}-t{seq}-{dtype}-{launch}``, as ``hwgptbench.meters.condition.condition_id``)."""
     return (measurements.filter(pl.col("status") == "ok")
             .with_columns(condition=pl.format("b{}-t{}-{}-{}", "batch_size", "seq_len", "dtype",
                                               "launch"))

@@ -19,6 +19,7 @@ import polars as pl
 
 from .. import layout
 from ..io import atomic_path
+from ..plotting.markdown import write_table
 from ..schema import fully_trained
 from . import benchmark, runtime, search, surrogate, tables, transfer
 
@@ -97,20 +98,21 @@ def render(scale: str, results: str | os.PathLike[str]) -> list[Path]:
         *benchmark.pareto_3d(three, metrics, figures / "pareto_3d"),
         *benchmark.dimension_effects(measurements, figures / "dimension_effects"),
         *(benchmark.loss_curve(loss, figures / "supernet_loss") if loss is not None else []),
-        *transfer.transfer_quality(transfer_quality, figures / "transfer_quality"),
+        *transfer.transfer_quality(transfer_summary, transfer_quality,
+                                  figures / "transfer_quality"),
         *runtime.breakdown_bars(breakdown, figures / "runtime_breakdown"),
         *runtime.runtime_options(runtime_rows, figures / "runtime_options"),
         *runtime.serving_curves(serving, figures / "serving"),
         *runtime.parallel_modes(parallel, figures / "runtime_parallel"),
-        *tables.write_table(tables.quality_table(quality), table_dir / "surrogate_quality"),
-        *tables.write_table(tables.hypervolume_table(final), table_dir / "hypervolume"),
-        *tables.write_table(tables.reference_table(reference), table_dir / "reference_front"),
-        *tables.write_table(tables.device_summary(measurements), table_dir / "devices"),
-        *tables.write_table(transfer.transfer_table(transfer_summary, transfer_quality),
+        *write_table(tables.quality_table(quality), table_dir / "surrogate_quality"),
+        *write_table(tables.hypervolume_table(final), table_dir / "hypervolume"),
+        *write_table(tables.reference_table(reference), table_dir / "reference_front"),
+        *write_table(tables.device_summary(measurements), table_dir / "devices"),
+        *write_table(transfer.transfer_table(transfer_summary, transfer_quality),
                             table_dir / "transfer"),
-        *tables.write_table(runtime.runtime_table(runtime_rows), table_dir / "runtime"),
-        *tables.write_table(runtime.serving_table(serving), table_dir / "serving"),
-        *tables.write_table(runtime.parallel_table(parallel), table_dir / "parallel"),
+        *write_table(runtime.runtime_table(runtime_rows), table_dir / "runtime"),
+        *write_table(runtime.serving_table(serving), table_dir / "serving"),
+        *write_table(runtime.parallel_table(parallel), table_dir / "parallel"),
     ]
     plot_data = {
         "hypervolume": hypervolume_plot_data(runs),

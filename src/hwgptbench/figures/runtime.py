@@ -9,8 +9,8 @@ import matplotlib
 import numpy as np
 import polars as pl
 
+from ..plotting.style import DOUBLE_WIDTH, cycle_colors, grid_shape, new_figure, save, styled
 from ..schema import MODULE_CLASSES, OTHER, STAGE_CLASSES
-from .style import DOUBLE_WIDTH, cycle_colors, grid_shape, new_figure, save, styled
 
 PathLike = str | os.PathLike[str]
 WORKLOAD_UNITS = {"prefill": "ms per forward", "decode": "ms per token",

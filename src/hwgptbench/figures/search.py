@@ -11,7 +11,7 @@ import polars as pl
 from matplotlib.lines import Line2D
 from scipy.stats import t as student_t
 
-from .style import (
+from ..plotting.style import (
     DOUBLE_WIDTH,
     SINGLE_WIDTH,
     algorithm_color,

@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 from scipy.stats import kendalltau
 
-from .style import (
+from ..plotting.style import (
     DOUBLE_WIDTH,
     SINGLE_WIDTH,
     family_color,

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 from matplotlib.lines import Line2D
 
-from ..transfer.evaluate import summarize
-from .style import DOUBLE_WIDTH, metric_label, new_figure, number, save, styled
+from ..plotting.style import DOUBLE_WIDTH, metric_label, new_figure, number, save, styled
 
 if TYPE_CHECKING:
     from matplotlib.typing import LineStyleType
@@ -51,11 +50,12 @@ def _not_evaluated(quality: pl.DataFrame, out_stem: PathLike) -> list[Path]:
 
 
 @styled
-def transfer_quality(quality: pl.DataFrame, out_stem: PathLike) -> list[Path]:
+def transfer_quality(summary: pl.DataFrame, quality: pl.DataFrame, out_stem: PathLike
+                     ) -> list[Path]:
     """Median and worst (over held-out targets) Spearman ρ and fraction within ±10% against k:
     one line per method and baseline (solid: designed selection, dashed: random), the full
-    per-target surrogate as a dotted level; a row of panels per metric."""
-    summary = summarize(quality)
+    per-target surrogate as a dotted level; a row of panels per metric. ``summary`` is the
+    transfer stage's (every k), ``quality`` its per-target rows."""
     if summary.is_empty():
         log.info("transfer_quality: no evaluated target")
         return _not_evaluated(quality, out_stem)
@@ -106,7 +106,9 @@ def transfer_quality(quality: pl.DataFrame, out_stem: PathLike) -> list[Path]:
 
 def transfer_table(summary: pl.DataFrame, quality: pl.DataFrame) -> pl.DataFrame:
     """The report's table: per metric, method or baseline and selection at one k (the
-    summary's), median and worst over held-out targets; or why nothing was evaluated."""
+    summary's ``reported`` rows), median and worst over held-out targets; or why nothing was
+    evaluated."""
+    summary = summary.filter("reported")
     if summary.is_empty():
         return quality.filter(pl.col("method").is_null()).select(
             "metric", "hold_out", "status", "reason").unique(maintain_order=True)

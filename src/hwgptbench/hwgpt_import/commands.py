@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 
 from .. import layout
+from ..hwgpt_source import FILES, REV, URL, VOCAB_SIZE
 from ..options import Add, load, space_of
-from .source import FILES, REV, URL, VOCAB_SIZE
 
 log = logging.getLogger(__name__)
 

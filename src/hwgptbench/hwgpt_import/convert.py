@@ -26,10 +26,9 @@ from typing import Any
 
 import polars as pl
 
+from ..hwgpt_source import VOCAB_SIZE, PublishedDataError, files, label
 from ..space import Arch, SearchSpace
-from . import PublishedDataError
 from .fetch import recorded_source
-from .source import VOCAB_SIZE, files, label
 from .unpickle import load
 
 ARCH_FIELDS = ("sample_embed_dim", "sample_n_layer", "sample_layer_indices", "sample_n_head",

@@ -18,8 +18,7 @@ from typing import Any
 
 import yaml
 
-from . import PublishedDataError
-from .source import REV, URL, files
+from ..hwgpt_source import REV, URL, PublishedDataError, files
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import pickle
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import PublishedDataError
+from ..hwgpt_source import PublishedDataError
 
 
 class RestrictedUnpickler(pickle.Unpickler):

@@ -1,9 +1,4 @@
-"""The measure stage: latency, energy, memory and FLOPs of fixed models, one row per arch and
-condition, on the machine the job runs on.
-
-The library modules (``condition``, ``device``, ``latency``, ``energy``, ``memory``, ``flops``,
-``quantize``, ``runner``, ``budget``, ``groups``, ``plan``) need torch and numpy only (pynvml
-is imported where NVML is read), so that they run on measurement machines with few packages.
-``stage`` turns them into shard and device tables; ``commands`` holds the subcommands. Nothing
-is imported here: the command line loads a module when a subcommand runs it.
-"""
+"""The measure stage: latency, energy, memory and FLOPs of the sampled archs on the machine
+the job runs on, as shard and device tables (``stage``), planned with ``plan``; ``commands``
+holds the subcommands. The meters are the foundation :mod:`hwgptbench.meters`. Nothing is
+imported here: the command line loads a module when a subcommand runs it."""

@@ -16,12 +16,13 @@ log = logging.getLogger("hwgptbench")
 
 def cmd_measure(args: argparse.Namespace) -> None:
     """Measure latency, energy, memory and FLOPs of sampled archs on this machine."""
+    from ..meters.campaign import device_label
     from . import stage
 
     config = load(args, ["measure", "spaces"])
     space, section = space_of(config, args.scale), config["measure"]
-    label = stage.device_label({**section, "device": args.device or section["device"]},
-                               section["threads"])
+    label = device_label({**section, "device": args.device or section["device"]},
+                         section["threads"])
     index, count = stage.parse_shard(args.shard)
     out = args.out or layout.shard(args.scale, label, index, count)
     archs_path = args.archs or layout.archs(args.scale)
@@ -76,9 +77,15 @@ def cmd_merge(args: argparse.Namespace) -> None:
 
 def cmd_devices(args: argparse.Namespace) -> None:
     """Print this machine's fingerprint, label and which metrics it can measure."""
-    from .device import DTYPES, auto_label, default_device, dtype_unsupported_reason, fingerprint
-    from .energy import open_energy_meter
-    from .stage import device_label
+    from ..meters.campaign import device_label
+    from ..meters.device import (
+        DTYPES,
+        auto_label,
+        default_device,
+        dtype_unsupported_reason,
+        fingerprint,
+    )
+    from ..meters.energy import open_energy_meter
 
     config = load(args, ["measure"])["measure"]
     if args.label:  # for scripts: the label this machine's tables are filed under

@@ -17,9 +17,16 @@ from functools import cache
 from typing import Any, NamedTuple
 
 from ..errors import UserError
+from ..meters.budget import (
+    DEFAULT_FRACTION,
+    GB,
+    GroupPlan,
+    activation_bytes,
+    plan_groups,
+    weight_bytes,
+)
+from ..meters.condition import Condition
 from ..space import Arch, SearchSpace
-from .budget import DEFAULT_FRACTION, GB, GroupPlan, activation_bytes, plan_groups, weight_bytes
-from .condition import Condition
 
 COLUMNS = ("scale", "device", "memory_gb", "budget_gb", "archs/shard", "group size", "groups",
            "planned peak GB", "largest arch GB", "worst condition")
@@ -155,7 +162,7 @@ def tokenizer_vocab_size(tokenizer: Mapping[str, Any]) -> int | None:
         return tokenizer["vocab_size"]
     from pathlib import Path
 
-    from ..data import load_tokenizer_file
+    from ..tokens.tokenizer import load_tokenizer_file
 
     if not Path(tokenizer["file"]).is_file():
         return None
@@ -211,8 +218,8 @@ def format_table(plans: Sequence[MemoryPlan]) -> str:
 def this_machine(config: Mapping[str, Any]) -> dict[str, DeviceMemory]:
     """This machine under its label (``measure.device``, or derived when auto), with the
     memory free on its default device."""
-    from .budget import free_memory_bytes
-    from .device import auto_label, default_device, fingerprint
+    from ..meters.budget import free_memory_bytes
+    from ..meters.device import auto_label, default_device, fingerprint
 
     device = default_device()
     label = config["measure"]["device"]

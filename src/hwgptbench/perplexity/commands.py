@@ -18,9 +18,9 @@ log = logging.getLogger("hwgptbench")
 def cmd_perplexity(args: argparse.Namespace) -> None:
     """Validation perplexity of the sampled archs with inherited supernet weights, for the
     final supernet and each of its snapshots (the training-step fidelities)."""
-    from ..data import TokenShards
-    from ..supernet.train import resolve_device, supernet_files
-    from .evaluate import evaluate_supernets
+    from ..evaluation.perplexity import evaluate_supernets
+    from ..tokens.shards import TokenShards
+    from ..training.train import resolve_device, supernet_files
 
     config = load(args, ["perplexity"])["perplexity"]
     device = resolve_device(config["device"])

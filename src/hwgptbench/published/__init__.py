@@ -22,7 +22,7 @@ import polars as pl
 
 from ..errors import UserError
 from ..io import atomic_path, atomic_write_json, sha256_file
-from ..measure.condition import CONDITION_KEYS, Condition, with_condition_columns
+from ..meters.condition import CONDITION_KEYS, Condition, with_condition_columns
 from ..space import SearchSpace
 
 FOLDER = Path(__file__).parent

@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import __version__, layout
 from ..io import atomic_dir
-from ..surrogate.store import FORMAT as SURROGATE_FORMAT
+from ..predictors.store import FORMAT as SURROGATE_FORMAT
 from ..versions import library_versions
 from . import FOLDER, device_tables, digest, perplexity_table, space, vocab_size
 
@@ -61,7 +61,7 @@ def ensure_surrogates(scale: str, results: str | os.PathLike[str] = layout.RESUL
     out = cache_dir(scale, results, folder)
     if out.exists():
         return out
-    from ..surrogate.stage import fit_device, fit_perplexity  # scipy, sklearn: seconds
+    from ..predictors.fitting import fit_device, fit_perplexity
 
     started = time.monotonic()
     log.info("first query of the shipped %s tables: fitting their surrogates into %s "

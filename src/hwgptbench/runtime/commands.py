@@ -13,7 +13,7 @@ log = logging.getLogger("hwgptbench")
 
 def cmd_runtime(args: argparse.Namespace) -> None:
     """Time workloads under runtime options and break their time down by module, here."""
-    from ..measure.stage import device_label
+    from ..meters.campaign import device_label
     from .stage import RuntimeTables, measure_runtime, write_runtime
 
     config = load(args, ["measure", "runtime", "spaces"])

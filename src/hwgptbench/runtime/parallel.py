@@ -83,21 +83,21 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.autograd import DeviceType
 
-from ..measure.device import (
+from ..meters.device import (
     DTYPES,
     default_device,
     dtype_unsupported_reason,
     process_group_backend,
     release,
 )
-from ..measure.latency import is_out_of_memory
-from ..measure.memory import MB, optimizer_bytes, peak_rss_bytes, tensors_bytes
-from ..measure.runner import build_model
+from ..meters.latency import is_out_of_memory
+from ..meters.memory import MB, optimizer_bytes, peak_rss_bytes, tensors_bytes
+from ..meters.runner import build_model
 from ..model import GPT
 from ..schema import COLLECTIVES, COMMUNICATION, OTHER
 from ..space import Arch, SearchSpace
+from ..training.step import TRAIN_LR, autocast
 from .breakdown import profiled_steps
-from .workloads import TRAIN_LR, autocast
 
 if TYPE_CHECKING:
     import polars as pl
@@ -132,7 +132,7 @@ class Rank:
 def process_group() -> Iterator[Rank]:
     """This process's rank in the initialized process group; one is initialized when there is
     none (torchrun's environment: NCCL when the rank's device,
-    :func:`~hwgptbench.measure.device.default_device`, is a GPU, else gloo; without it a world
+    :func:`~hwgptbench.meters.device.default_device`, is a GPU, else gloo; without it a world
     of 1 over an in-memory store) and destroyed on exit."""
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     device = default_device(local_rank)
@@ -541,7 +541,7 @@ class ParallelTables(NamedTuple):
 
 def ranks_and_threads(cpu_ranks: int = 2) -> tuple[int, int]:
     """Processes to launch (one per CUDA GPU where the ranks train on GPUs, see
-    :func:`~hwgptbench.measure.device.default_device`, else ``cpu_ranks``) and the threads of
+    :func:`~hwgptbench.meters.device.default_device`, else ``cpu_ranks``) and the threads of
     each (the machine's cores shared out, at least 1). With one GPU the world is 1: ddp and the
     ZeRO modes then have nothing to shard or reduce."""
     gpus = default_device().type == "cuda"

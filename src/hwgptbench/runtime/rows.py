@@ -14,16 +14,16 @@ from typing import Any
 
 import torch
 
-from ..measure.condition import Condition
-from ..measure.flops import forward_flops
-from ..measure.latency import (
+from ..meters.condition import Condition
+from ..meters.flops import forward_flops
+from ..meters.latency import (
     LATENCY_FIELDS,
     CallFailed,
     is_out_of_memory,
     measure_latency_interleaved,
 )
-from ..measure.memory import unmeasured
-from ..measure.runner import Settings
+from ..meters.memory import unmeasured
+from ..meters.runner import Settings
 from ..space import Arch, SearchSpace
 from .workloads import Unsupported, Workload, build_workload, cuda_peak_memory, unsupported_reason
 

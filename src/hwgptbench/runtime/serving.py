@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..measure.condition import Condition
+from ..meters.condition import Condition
 
 KEPT = ("latency_ci95_ms", "memory_peak_mb", "memory_reason")
 

@@ -4,7 +4,7 @@ For a spread of the sampled archs (``runtime.n_archs``, evenly spaced over their
 counts) each workload (prefill, decode, train_step) is timed in each dtype with the default
 options, then each runtime option (SDPA backend, int8 weights, torch.compile, activation
 recomputation) is varied alone on one dtype's conditions (the first dtype; bf16 on CUDA, where
-flash attention has no fp32 kernel; see :mod:`hwgptbench.measure.condition` and
+flash attention has no fp32 kernel; see :mod:`hwgptbench.meters.condition` and
 :mod:`hwgptbench.runtime.rows`, which measures the rows of one condition). The archs of one
 condition are timed interleaved, as the measure stage does. Rows have the measure stage's
 columns plus ``tokens_per_s``; decode's latency is per generated token. Memory is the
@@ -36,11 +36,11 @@ import torch
 from tqdm import tqdm
 
 from ..io import write_parquet
-from ..measure.condition import Condition
-from ..measure.device import default_device, fingerprint, resolve_label
-from ..measure.latency import measure_latency
-from ..measure.runner import Settings, cpu_estimator
-from ..measure.stage import NULLABLE
+from ..meters.condition import Condition
+from ..meters.device import default_device, fingerprint, resolve_label
+from ..meters.latency import measure_latency
+from ..meters.runner import Settings, cpu_estimator
+from ..metrics import NULLABLE
 from ..repeatability import REPEAT_MIN
 from ..space import Arch, SearchSpace
 from ..versions import library_versions

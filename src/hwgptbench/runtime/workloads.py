@@ -10,7 +10,7 @@
 
 Options: ``attention`` runs every call inside ``torch.nn.attention.sdpa_kernel`` of that
 backend; ``quant: int8`` quantizes every Linear to int8 weights with int8 activations computed
-per call (``torch.ao`` dynamic quantization on the CPU, :mod:`hwgptbench.measure.quantize`;
+per call (``torch.ao`` dynamic quantization on the CPU, :mod:`hwgptbench.meters.quantize`;
 the tied LM head is a functional product and stays fp32);
 ``compile`` wraps the model in ``torch.compile``. An option the device cannot run is reported
 by :func:`unsupported_reason` or, where only running tells, by the first call raising
@@ -29,20 +29,20 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import record_function
 
-from ..measure.condition import Condition
-from ..measure.device import DTYPES, dtype_unsupported_reason
-from ..measure.latency import is_out_of_memory
-from ..measure.memory import MB, tensor_bytes
-from ..measure.quantize import QuantizationUnsupported, quantize
-from ..measure.quantize import unsupported_reason as quant_unsupported_reason
-from ..measure.runner import build_model, inputs
+from ..meters.condition import Condition
+from ..meters.device import DTYPES, dtype_unsupported_reason
+from ..meters.latency import is_out_of_memory
+from ..meters.memory import MB, tensor_bytes
+from ..meters.quantize import QuantizationUnsupported, quantize
+from ..meters.quantize import unsupported_reason as quant_unsupported_reason
+from ..meters.runner import build_model, inputs
 from ..model import GPT
 from ..space import Arch, SearchSpace
+from ..training.step import TRAIN_LR, autocast
 
 BACKENDS = {"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
-TRAIN_LR = 1e-4
-QUANT_METHODS = {"int8": "int8_dynamic"}  # Condition.quant -> hwgptbench.measure.quantize method
+QUANT_METHODS = {"int8": "int8_dynamic"}  # Condition.quant -> hwgptbench.meters.quantize method
 
 
 class Unsupported(RuntimeError):
@@ -87,14 +87,6 @@ def attention_backend(name: str) -> Iterator[None]:
         return
     with sdpa_kernel(BACKENDS[name]):
         yield
-
-
-def autocast(dtype: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
-    """Mixed precision of a training step: nothing for fp32, else autocast to ``dtype`` over
-    the fp32 weights."""
-    if dtype == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=DTYPES[dtype])
 
 
 def build_workload(space: SearchSpace, arch: Arch, vocab_size: int, condition: Condition,

@@ -1,26 +1,4 @@
-"""Multi-objective NAS against the surrogate benchmark: algorithms, hypervolume, runs.
-
-    from hwgptbench import Benchmark
-    from hwgptbench.search import make_problem, compute_reference, run
-    bench = Benchmark.load("tiny")
-    problem = make_problem(bench, ["perplexity", "latency_ms"], bench.devices[0],
-                           {"batch_size": 1, "seq_len": 128, "dtype": "fp32", "launch": "eager"})
-    reference, front = compute_reference(problem, 100_000, seed=0)
-    table = run(problem, reference, "nsga2", budget=100, seed=0)
-"""
-
-from ..lazy import lazy_exports
-
-__getattr__ = lazy_exports(__name__, {
-    "ALGORITHMS": "algorithms",
-    "Problem": "problem",
-    "Reference": "reference",
-    "compute_reference": "reference",
-    "load_reference": "reference",
-    "make_problem": "problem",
-    "run": "runner",
-    "run_seeds": "runner",
-    "save_reference": "reference",
-})
-__all__ = ["ALGORITHMS", "Problem", "Reference", "compute_reference", "load_reference",
-           "make_problem", "run", "run_seeds", "save_reference"]
+"""The search stage: multi-objective NAS runs against the surrogate benchmark, per
+(objectives, device, algorithm), and the final front that bounds them (``front``;
+``commands`` holds the subcommands). The algorithms, problems, reference fronts and hypervolume
+are the foundation :mod:`hwgptbench.moo`, which is also the Python API for runs of one's own."""

@@ -14,7 +14,7 @@ from ..io import atomic_write_json, write_parquet
 from ..options import Add, load, one_of, scale_and_results
 
 if TYPE_CHECKING:
-    from .problem import Problem
+    from ..moo.problem import Problem
 
 log = logging.getLogger("hwgptbench")
 
@@ -22,7 +22,7 @@ log = logging.getLogger("hwgptbench")
 def _search_problem(args: argparse.Namespace) -> tuple[dict, Problem]:
     """The search section and the problem of --objectives on --device."""
     from ..api import Benchmark
-    from .problem import make_problem
+    from ..moo.problem import make_problem
 
     loaded = load(args, ["search", "surrogate"])
     config, family = loaded["search"], loaded["surrogate"]["default_family"]
@@ -36,7 +36,7 @@ def _search_problem(args: argparse.Namespace) -> tuple[dict, Problem]:
 
 def cmd_search_reference(args: argparse.Namespace) -> None:
     """Scaling, reference point and reference Pareto front of one objective set on a device."""
-    from .reference import compute_reference, save_reference
+    from ..moo.reference import compute_reference, save_reference
 
     config, problem = _search_problem(args)
     reference, front = compute_reference(problem, config["reference_archs"],
@@ -50,9 +50,9 @@ def cmd_search(args: argparse.Namespace) -> None:
     """Run one search algorithm for every seed against the surrogate benchmark."""
     import torch
 
-    from .algorithms import options_of
-    from .reference import load_reference
-    from .runner import run_seeds
+    from ..moo.algorithms import options_of
+    from ..moo.reference import load_reference
+    from ..moo.runner import run_seeds
 
     config, problem = _search_problem(args)
     torch.set_num_threads(args.threads)
@@ -66,9 +66,9 @@ def cmd_search_summary(args: argparse.Namespace) -> None:
     """The final reference fronts (stored references united with every run's archive), every
     run scored against them, final hypervolume per run, per-algorithm summary, attainment
     surfaces, DVC metrics."""
-    from . import summary
+    from ..moo import summary
+    from ..moo.reference import load_front, load_reference
     from .front import final_fronts
-    from .reference import load_front, load_reference
 
     config = load(args, ["search"])["search"]
     references = [(load_reference(f), load_front(f)) for f in args.references]
@@ -99,7 +99,7 @@ def register(add: Add) -> None:
                              help="device label of the hardware metrics")
         command.add_argument("--out", required=True, help="output folder")
     command.add_argument("--algorithm", required=True,
-                         type=one_of("hwgptbench.search.algorithms", "ALGORITHMS"),
+                         type=one_of("hwgptbench.moo.algorithms", "ALGORITHMS"),
                          help="search algorithm (docs/search.md)")
     command.add_argument("--reference", required=True, help="folder of search-reference")
     command.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")

@@ -17,8 +17,8 @@ from dataclasses import replace
 import numpy as np
 import polars as pl
 
-from .hypervolume import hypervolume, pareto_mask
-from .reference import SOURCES, TOLERANCE, Reference, scores, with_front
+from ..moo.hypervolume import hypervolume, pareto_mask
+from ..moo.reference import SOURCES, TOLERANCE, Reference, scores, with_front
 
 KEYS = ["objectives", "device"]
 

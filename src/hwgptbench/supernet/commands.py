@@ -17,8 +17,8 @@ log = logging.getLogger("hwgptbench")
 
 def cmd_train(args: argparse.Namespace) -> None:
     """Train the weight-sharing supernet of one scale (sandwich rule; resumes)."""
-    from ..data import TokenShards
-    from . import train
+    from ..tokens.shards import TokenShards
+    from ..training import train
 
     config = load(args, ["supernet", "spaces"])
     space = space_of(config, args.scale)

@@ -14,7 +14,7 @@ log = logging.getLogger("hwgptbench")
 
 def cmd_fit_surrogates(args: argparse.Namespace) -> None:
     """Fit and cross-validate the surrogates of one device's table, or of perplexity."""
-    from .stage import fit_device, fit_perplexity
+    from ..predictors.fitting import fit_device, fit_perplexity
 
     config = load(args, ["surrogate", "spaces"])
     section, space, vocab = config["surrogate"], space_of(config, args.scale), vocab_size(args)

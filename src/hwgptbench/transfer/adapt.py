@@ -21,11 +21,12 @@ import numpy as np
 import polars as pl
 
 from ..io import write_parquet
-from ..measure.device import default_device
-from ..measure.stage import NULLABLE, conditions, measure_rows
+from ..meters.campaign import conditions, measure_rows
+from ..meters.device import default_device
+from ..metrics import NULLABLE
+from ..predictors.features import feature_matrix
+from ..predictors.store import save_surrogate
 from ..space import Arch, SearchSpace
-from ..surrogate.features import feature_matrix
-from ..surrogate.store import save_surrogate
 from .methods import make_method
 from .model import AdaptedSurrogate
 from .selection import select

@@ -28,14 +28,14 @@ log = logging.getLogger("hwgptbench")
 
 def cmd_transfer(args: argparse.Namespace) -> None:
     """Leave-one-target-out quality of few-shot transfer to a new device or condition."""
-    from .evaluate import evaluate, summarize
+    from .evaluate import evaluate, report
 
     config = load(args, ["transfer", "spaces"])
     section = config["transfer"]
     tables = [pl.read_parquet(path) for path in [args.measurements, *args.runtime]]
     quality = evaluate(pl.concat(tables, how="diagonal_relaxed"), space_of(config, args.scale),
                        vocab_size(args), section)
-    summary = summarize(quality, [section["report_k"]])
+    summary = report(quality, section["report_k"])
     write_parquet(quality, args.out)
     write_parquet(summary, args.summary_out)
     log.info("wrote %s: %d rows, and %s", args.out, quality.height, args.summary_out)
@@ -45,7 +45,7 @@ def cmd_transfer(args: argparse.Namespace) -> None:
         print(f"{metric}{f' (hold out {hold_out})' if hold_out else ''}: not evaluated: "
               f"{reason}")
     with pl.Config(tbl_rows=100, tbl_cols=16, tbl_width_chars=200, float_precision=3):
-        print(summary.select(
+        print(summary.filter("reported").select(
             "metric", "hold_out", "method", "selection", "k", "targets", "spearman_median",
             "spearman_worst", "kendall_tau_median", "within_10pct_median",
             "within_10pct_worst", "mdape_median", "mdape_worst"))
@@ -54,7 +54,7 @@ def cmd_transfer(args: argparse.Namespace) -> None:
 def cmd_adapt(args: argparse.Namespace) -> None:
     """Adapt the hardware surrogates to a new device from k measured archs (measured on this
     machine, or read from --measurements), for `Benchmark.query` and `hwgptbench query`."""
-    from ..measure.stage import device_label
+    from ..meters.campaign import device_label
     from .adapt import adapt_device, measure_for_adaptation
 
     config = load(args, ["transfer", "measure", "spaces"])

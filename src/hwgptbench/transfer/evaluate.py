@@ -289,3 +289,10 @@ def summarize(quality: pl.DataFrame, ks: Sequence[int] | None = None) -> pl.Data
         *(pl.col(s).min().alias(f"{s}_worst") for s in SCORES if s != "mdape"),
         pl.col("mdape").max().alias("mdape_worst"),
     ).sort("metric", "hold_out", "kind", "method", "selection", "k", nulls_last=True)
+
+
+def report(quality: pl.DataFrame, report_k: int) -> pl.DataFrame:
+    """The stage's summary table: :func:`summarize` at every k (the figure's), its rows at
+    ``report_k`` (and those without a k) marked ``reported`` (the report's table)."""
+    return summarize(quality).with_columns(
+        reported=pl.col("k").is_in([report_k]) | pl.col("k").is_null())

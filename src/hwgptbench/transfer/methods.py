@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from ..lightgbm_core import booster_from_string, lgb
-from ..surrogate import FIX
+from ..predictors.base import FIX
 from .sources import train_booster
 
 RIDGE_ALPHAS = (1e-3, 1e-2, 0.1, 1.0, 10.0, 100.0, 1e3)

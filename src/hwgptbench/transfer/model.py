@@ -3,7 +3,7 @@ source models and an adaptation method fitted on k measured archs.
 
 It takes the same feature matrix as every surrogate (the target's condition); the features of
 each source's condition are re-derived from its leading ``space.encode`` columns. Saved with
-:func:`hwgptbench.surrogate.store.save_surrogate` like the fitted families, so
+:func:`hwgptbench.predictors.store.save_surrogate` like the fitted families, so
 ``Benchmark.query`` loads it as any other surrogate. Its interval is log-normal with the
 method's leave-one-out residual scale (``sigma``): a rough interval from k rows, not calibrated
 like the fitted families'.
@@ -22,8 +22,8 @@ from scipy.stats import norm
 
 from ..io import read_json
 from ..lightgbm_core import read_booster
+from ..predictors.base import FIX, check_features, check_rows, to_target
 from ..space import SearchSpace
-from ..surrogate import FIX, check_features, check_rows, to_target
 from .methods import Design, Method, method_from_state
 from .sources import SourceModel, condition_features
 from .targets import Target

@@ -17,9 +17,9 @@ import numpy as np
 from tqdm import tqdm
 
 from ..lightgbm_core import lgb
+from ..predictors.features import features_of_encoded
+from ..predictors.quality import fold_indices
 from ..space import SearchSpace
-from ..surrogate.features import features_of_encoded
-from ..surrogate.quality import fold_indices
 from .targets import Profiles, Target
 
 log = logging.getLogger(__name__)

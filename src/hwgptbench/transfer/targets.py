@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 
 from ..errors import UserError
-from ..measure.condition import CONDITION_KEYS, Condition, with_condition_columns
+from ..meters.condition import CONDITION_KEYS, Condition, with_condition_columns
 
 TARGET_KEYS = ("metric", "device", *CONDITION_KEYS)
 

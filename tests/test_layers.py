@@ -1,0 +1,79 @@
+"""The package's two layers: stages (one package per workflow stage) import foundations, never
+another stage (they read other stages' outputs as files), and foundations import no stage. The
+command line (``cli.py``) is the one module that assembles the stages."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import hwgptbench
+
+PACKAGE = Path(hwgptbench.__file__).parent
+# packages under the stages: what several stages use (docs/architecture.md)
+FOUNDATIONS = {"model", "meters", "training", "tokens", "evaluation", "predictors", "moo",
+               "plotting", "published"}
+ASSEMBLERS = {"cli.py"}  # imports every stage's `commands` to build the parser
+
+
+def imported_modules(path: Path, root: Path) -> list[tuple[int, str]]:
+    """(line, absolute module) of every import in ``path`` (function-level ones included), the
+    names of ``from X import name`` counted as modules ``X.name`` too (a name may be one)."""
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    package = parts if parts[-1] == "__init__" else parts[:-1]
+    package = [p for p in package if p != "__init__"]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = (package[: len(package) - node.level + 1] if node.level else [])
+            module = ".".join(base + ([node.module] if node.module else []))
+            found.append((node.lineno, module))
+            found += [(node.lineno, f"{module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def layer_violations(root: Path, foundations: set[str]) -> list[str]:
+    """Every import that crosses the layers wrongly, as 'file:line: ... imports module'."""
+    stages = {p.name for p in root.iterdir() if (p / "__init__.py").exists()} - foundations
+    problems = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if str(rel) in ASSEMBLERS:
+            continue
+        owner = rel.parts[0] if len(rel.parts) > 1 else None
+        for line, module in imported_modules(path, root):
+            parts = module.split(".")
+            if parts[0] != root.name or len(parts) < 2 or parts[1] not in stages:
+                continue
+            if parts[1] == owner:
+                continue
+            kind = "stage" if owner in stages else "foundation"
+            problem = (f"{root.name}/{rel}:{line}: {kind} {owner or rel.name} imports "
+                            f"{'.'.join(parts[:2])} (a stage): move what it needs into a "
+                            f"foundation, or read that stage's output file")
+            if problem not in problems:
+                problems.append(problem)
+    return problems
+
+
+def test_stages_import_foundations_only() -> None:
+    problems = layer_violations(PACKAGE, FOUNDATIONS)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_stage_importing_another_is_named(tmp_path: Path) -> None:
+    root = tmp_path / "pkg"
+    for package in ("alpha", "beta", "base"):
+        (root / package).mkdir(parents=True)
+        (root / package / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "alpha" / "run.py").write_text("from ..base import util\n\n\ndef f():\n"
+                                           "    from ..beta.stage import go\n")
+    (root / "base" / "util.py").write_text("from ..alpha import run\n")
+    assert layer_violations(root, {"base"}) == [
+        "pkg/alpha/run.py:5: stage alpha imports pkg.beta (a stage): move what it needs into a "
+        "foundation, or read that stage's output file",
+        "pkg/base/util.py:1: foundation base imports pkg.alpha (a stage): move what it needs "
+        "into a foundation, or read that stage's output file"]
