@@ -20,6 +20,7 @@ measured latency (ms) and two analytic proxies (``flops``, ``params``) for the b
 
 from __future__ import annotations
 
+import pickle
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -150,7 +151,11 @@ def _torch_load(path: Path) -> object:
 
     if not path.is_file():
         raise ExternalDataError(f"{path} not found: point at HELP's data/fbnet folder")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as err:
+        raise ExternalDataError(f"{path} is not a plain torch file of lists and numbers "
+                                f"(read with weights_only=True): {err}") from err
 
 
 def fbnet_costs(ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
