@@ -241,7 +241,7 @@ def tables(rows_dirs: list[Path], out: Path, with_shipped: bool = False) -> dict
 
     from hwgptbench import published
     from hwgptbench.io import write_parquet
-    from hwgptbench.metrics import KEY, NULLABLE
+    from hwgptbench.metrics import KEY, measurement_frame
     from hwgptbench.repeatability import agreement
 
     report: dict[str, Any] = {}
@@ -249,7 +249,7 @@ def tables(rows_dirs: list[Path], out: Path, with_shipped: bool = False) -> dict
         rows = [r for r in _read_rows(rows_dirs, scale) if r.pop("campaign", 1) == 1]
         if not rows:
             continue
-        table = pl.DataFrame(rows, schema_overrides=NULLABLE, infer_schema_length=None)
+        table = measurement_frame(rows)
         label = table["device"][0]
         shipped = published.device_tables(scale).get(label) if with_shipped else None
         if shipped is not None:

@@ -34,3 +34,31 @@ def test_unknown_registry_name_lists_the_choices(capsys: pytest.CaptureFixture[s
     err = capsys.readouterr().err
     assert "'nsga3' is not one of" in err and "nsga2" in err and "ehvi" in err
 
+
+
+def test_the_command_table_names_every_registration() -> None:
+    """cli.COMMANDS maps each subcommand to the module that registers it, and nothing else."""
+    import argparse
+    import importlib
+
+    from hwgptbench import cli
+
+    registered = {}
+    for module in dict.fromkeys(cli.COMMANDS.values()):
+        def add(name: str, func: object, params: bool = True, module: str = module
+                ) -> argparse.ArgumentParser:
+            registered[name] = module
+            return argparse.ArgumentParser()
+        importlib.import_module(f"hwgptbench.{module}").register(add)
+    assert registered == cli.COMMANDS
+    stage_modules = {p.parent.name for p in Path(cli.__file__).parent.glob("*/commands.py")}
+    assert stage_modules == {m.split(".")[0] for m in cli.COMMANDS.values()} - {"commands"}
+
+
+def test_a_command_loads_only_its_own_stage(tmp_path: Path) -> None:
+    probe = ("import sys\n"
+             "from hwgptbench import cli\n"
+             "cli.build_parser('data')\n"
+             "print(sorted({m.split('.')[1] for m in sys.modules\n"
+             "              if m.startswith('hwgptbench.') and m.endswith('.commands')}))\n")
+    assert run([sys.executable, "-c", probe], tmp_path).stdout.strip() == "['data']"

@@ -138,6 +138,15 @@ def handler_modules(subcommand: str) -> frozenset[str]:
     return frozenset({module} | closure(direct - {module}))
 
 
+def stage_modules(text: str) -> set[str]:
+    """The package modules that jobs (their shell commands and inputs, as text) load: the
+    Snakefile's, the command line's and each subcommand's handler's."""
+    modules = set(workflow_modules()) | closure({f"{PACKAGE}.cli"})
+    for subcommand in sorted(set(SUBCOMMAND.findall(text))):
+        modules |= handler_modules(subcommand)
+    return modules
+
+
 @cache
 def workflow_modules() -> frozenset[str]:
     """Package modules the Snakefile and its rules import (they run for every stage)."""
@@ -258,15 +267,17 @@ def jobs(stages: list[Stage]) -> list[Job]:
 
 def problems(stage: Stage, stages: list[Stage], jobs: list[Job]) -> list[str]:
     """What the stage runs (code) and reads (params) that dvc.yaml does not make it depend
-    on, each with the line to add."""
+    on, each with the line to add, and the code it depends on but never loads."""
     needed = chain(stage.target, jobs)
     assert needed, f"stage {stage.name}: no Snakemake job makes {stage.target}"
     text = "\n".join(j.shell + " " + " ".join(j.inputs) for j in needed)
-    modules = set(workflow_modules())
-    for subcommand in sorted(set(SUBCOMMAND.findall(text))):
-        modules |= handler_modules(subcommand)
+    modules = stage_modules(text)
     found = [f"stage {stage.name}: runs {path}; add `- {path}` to its deps in dvc.yaml (or to "
              "a stage upstream of it)" for path in uncovered(stage, stages, modules)]
+    files = {str(module_file(m).relative_to(REPO_ROOT)) for m in modules}  # type: ignore[union-attr]
+    found += [f"stage {stage.name}: depends on {dep}, which none of its jobs loads; remove it "
+              "from its deps in dvc.yaml" for dep in stage.deps
+              if dep.startswith(f"src/{PACKAGE}") and not any(_under(f, dep) for f in files)]
     declared = {p for s in upstream(stage, stages) for p in s.params}
     return found + [f"stage {stage.name}: reads params {section}; add `- {section}` to its "
                     "params in dvc.yaml" for section in sorted(set(PARAMS_FILE.findall(text)))
@@ -286,7 +297,8 @@ def test_a_missing_module_or_params_section_is_named(stages: list[Stage], jobs: 
     """The check itself, on a copy of the stages with one code and one params dependency
     removed."""
     name = next(s.name for s in stages if s.name.startswith("surrogates"))
-    copy = [Stage(s.name, s.target, [d for d in s.deps if d != "src/hwgptbench/surrogate"],
+    copy = [Stage(s.name, s.target, [d for d in s.deps
+                                    if d != "src/hwgptbench/predictors/fitting.py"],
                   s.params - {"surrogate"}, s.outs) for s in stages]
     stage = next(s for s in copy if s.name == name)
     found = problems(stage, copy, jobs)
@@ -295,18 +307,23 @@ def test_a_missing_module_or_params_section_is_named(stages: list[Stage], jobs: 
             "upstream of it)") in found
     assert found[-1] == (f"stage {name}: reads params surrogate; add `- surrogate` to its "
                          "params in dvc.yaml")
-    # the package's __init__ and commands.py are the data stage's (the CLI imports them)
     assert not [line for line in found if "surrogate/commands.py" in line]
+    # a stage's dependency on code that none of its jobs loads is named too
+    extra = [Stage(s.name, s.target, [*s.deps, "src/hwgptbench/export/pt2.py"]
+                   if s.name == "data" else s.deps, s.params, s.outs) for s in stages]
+    assert problems(next(s for s in extra if s.name == "data"), extra, jobs) == [
+        "stage data: depends on src/hwgptbench/export/pt2.py, which none of its jobs loads; "
+        "remove it from its deps in dvc.yaml"]
 
 
 def test_package_code_imports_lazy_names_from_their_modules() -> None:
     """A package that exports names lazily (``lazy_exports`` or a module ``__getattr__``)
     hides the module behind a name from the closure above, so package code imports the
-    module itself: ``from ..search.runner import run``, not ``from ..search import run``."""
+    module itself: ``from ..moo.runner import run``, not ``from ..moo import run``."""
     lazy = {module: _defined_names(module) for module in _package_modules()
             if module_file(module).name == "__init__.py"  # type: ignore[union-attr]
             and "__getattr__" in module_file(module).read_text()}  # type: ignore[union-attr]
-    assert {f"{PACKAGE}.search", f"{PACKAGE}.supernet"} <= set(lazy)  # the scan finds them
+    assert {f"{PACKAGE}.moo", f"{PACKAGE}.transfer"} <= set(lazy)  # the scan finds them
     found = []
     for module in sorted(_package_modules()):
         tree = ast.parse(module_file(module).read_text())  # type: ignore[union-attr]

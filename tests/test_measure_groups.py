@@ -14,7 +14,7 @@ import yaml
 
 from conftest import REPO_ROOT
 from hwgptbench.measure import stage as measurements
-from hwgptbench.meters import budget, groups, runner
+from hwgptbench.meters import budget, campaign, groups, runner
 from hwgptbench.meters.condition import Condition
 from hwgptbench.meters.latency import cuda_graph_callable
 from hwgptbench.space import SearchSpace
@@ -130,8 +130,8 @@ def _fail_for(arch_id: str, where: str, monkeypatch: pytest.MonkeyPatch) -> None
 def test_one_arch_out_of_memory_costs_only_its_row(where: str, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     section = _section(memory_budget_gb=_budget_for(5))
-    plan = measurements._Campaign(section, SPACE, ARCHS, VOCAB, torch.device("cpu"), None,
-                                  measurements.measure_settings(section)
+    plan = campaign._Campaign(section, SPACE, ARCHS, VOCAB, torch.device("cpu"), None,
+                                  campaign.measure_settings(section)
                                   ).plan(Condition(1, 16, "fp32"))
     victim = ARCHS[plan.groups[1].members[0]].id  # a member of the second group
     _fail_for(victim, where, monkeypatch)
@@ -149,7 +149,7 @@ def test_a_shard_resumes_after_an_interrupted_group(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "shard.parquet"
     section = _section(memory_budget_gb=_budget_for(5))
-    real = measurements._Campaign.measure_group
+    real = campaign._Campaign.measure_group
     measured: list[int] = []
 
     def interrupted(self: Any, condition: Condition, group: Any, index: int
@@ -160,7 +160,7 @@ def test_a_shard_resumes_after_an_interrupted_group(tmp_path: Path,
         measured.append(index)
         return real(self, condition, group, index)
 
-    monkeypatch.setattr(measurements._Campaign, "measure_group", interrupted)
+    monkeypatch.setattr(campaign._Campaign, "measure_group", interrupted)
     with pytest.raises(KeyboardInterrupt):
         measurements.measure_shard(section, SPACE, ARCHS, VOCAB, "auto", (0, 1), out)
     assert not out.exists() and measured == [0, -1]
@@ -173,9 +173,9 @@ def test_a_shard_resumes_after_an_interrupted_group(tmp_path: Path,
     raw = first.filter(~pl.col("latency_anchor_only")).sort("arch_id")
     assert kept["latency_n"].to_list() == raw["latency_n"].to_list()  # the stored samples
     # other settings do not reuse the parts of an interrupted run
-    parts = measurements.ShardParts(tmp_path / "p", "key-a")
+    parts = campaign.ShardParts(tmp_path / "p", "key-a")
     (parts.root / "x.parquet").write_bytes(b"")
-    assert not (measurements.ShardParts(tmp_path / "p", "key-b").root / "x.parquet").exists()
+    assert not (campaign.ShardParts(tmp_path / "p", "key-b").root / "x.parquet").exists()
 
 
 # GPU

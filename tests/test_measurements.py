@@ -10,6 +10,7 @@ import yaml
 
 from conftest import REPO_ROOT, run
 from hwgptbench.measure import stage as measurements
+from hwgptbench.meters import campaign
 from hwgptbench.meters.device import auto_label, default_device, fingerprint
 from hwgptbench.space import SearchSpace
 
@@ -39,7 +40,7 @@ def test_parse_shard() -> None:
 
 def test_seq_len_beyond_block_size_is_rejected() -> None:
     with pytest.raises(measurements.MeasurementError, match="measure.seq_lens"):
-        measurements.conditions(_section(seq_lens=[64]), SPACE, default_device())
+        campaign.conditions(_section(seq_lens=[64]), SPACE, default_device())
 
 
 @pytest.fixture(scope="module")

@@ -59,7 +59,7 @@ def test_test_overlay_only_scales_the_default_down() -> None:
 
 def test_workflow_schema_is_the_packaged_one() -> None:
     workflow_schema = REPO_ROOT / "workflow" / "schemas" / "params.schema.yaml"
-    assert yaml.safe_load(workflow_schema.read_text()) == params.schema()
+    assert yaml.safe_load(workflow_schema.read_text()) == params.schema_file()
 
 
 def _broken(path: list[str], value: object) -> dict:

@@ -2,43 +2,48 @@
 
 Snakemake rules call these subcommands, so a stage runs the same from the workflow, a
 cluster job or a shell. Each stage package registers its own subcommands (its
-``commands.py``); this module only assembles them, in the order of the workflow, and turns bad
-input into a message. Each command imports the stage modules it runs (torch, LightGBM,
-BoTorch and DVC take seconds to load), so that a command starts with only what it needs.
+``commands.py``); this module only names where each is (:data:`COMMANDS`), loads the one that
+runs, and turns bad input into a message. Each command imports the stage modules it runs
+(torch, LightGBM, BoTorch and DVC take seconds to load), so that a command starts with only what
+it needs.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
 
-from . import __version__, commands, params
-from .compress import commands as compress_commands
-from .data import commands as data_commands
+from . import __version__, params
 from .errors import UserError
-from .export import commands as export_commands
-from .figures import commands as figures_commands
-from .hwgpt_import import commands as hwgpt_import_commands
-from .measure import commands as measure_commands
-from .options import Add, params_arg
-from .perplexity import commands as perplexity_commands
-from .published import commands as published_commands
-from .runtime import commands as runtime_commands
-from .search import commands as search_commands
-from .supernet import commands as supernet_commands
-from .surrogate import commands as surrogate_commands
-from .transfer import commands as transfer_commands
+from .options import params_arg
 
-# register(add) of each stage, in the order of the workflow; then the commands of no stage
-REGISTRIES: tuple[Callable[[Add], None], ...] = (
-    data_commands.register, supernet_commands.register, perplexity_commands.register,
-    hwgpt_import_commands.register, measure_commands.register, runtime_commands.register,
-    surrogate_commands.register, transfer_commands.register, search_commands.register,
-    figures_commands.register, compress_commands.register, export_commands.register,
-    published_commands.register, commands.register)
+# subcommand -> the module whose register(add) adds it (with its siblings), in workflow order.
+# A command imports only its own module: `hwgptbench data` loads no other stage's code, so a
+# stage's DVC dependencies are its own commands (tests/test_cli.py holds the table to the
+# modules' registrations).
+COMMANDS: dict[str, str] = {
+    "data": "data.commands",
+    **dict.fromkeys(("train", "sample"), "supernet.commands"),
+    "perplexity": "perplexity.commands",
+    **dict.fromkeys(("fetch-hwgptbench", "import-perplexity"), "hwgpt_import.commands"),
+    **dict.fromkeys(("measure", "measure-plan", "merge-shards", "merge-devices",
+                     "merge-measurements", "devices"), "measure.commands"),
+    **dict.fromkeys(("runtime", "merge-runtime"), "runtime.commands"),
+    **dict.fromkeys(("fit-surrogates", "merge-quality"), "surrogate.commands"),
+    **dict.fromkeys(("transfer", "adapt"), "transfer.commands"),
+    **dict.fromkeys(("search-reference", "search", "search-summary"), "search.commands"),
+    "figures": "figures.commands",
+    **dict.fromkeys(("compress-dense", "compress-finetune", "compress-search", "compress-table",
+                     "compress-figures", "compress-finetune-methods", "compress-seed"),
+                    "compress.commands"),
+    **dict.fromkeys(("export", "export-pareto", "evaluate"), "export.commands"),
+    "ship-tables": "published.commands",
+    **dict.fromkeys(("query", "publish-device", "pull", "unlock-stale"), "commands"),
+}
 
 
 def cmd_validate(args: argparse.Namespace) -> None:
@@ -48,7 +53,16 @@ def cmd_validate(args: argparse.Namespace) -> None:
         print(f"{path}: valid")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def registries(command: str | None = None) -> list[str]:
+    """The modules that register ``command`` (every module for None or an unknown name: the
+    help lists every command)."""
+    if command in COMMANDS:
+        return [COMMANDS[command]]
+    return list(dict.fromkeys(COMMANDS.values()))
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of ``command`` (loading only its module), or of every command."""
     parser = argparse.ArgumentParser(prog="hwgptbench", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"hwgptbench {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -63,13 +77,19 @@ def build_parser() -> argparse.ArgumentParser:
         return command
 
     add("validate", cmd_validate)
-    for register in REGISTRIES:
-        register(add)
+    for module in registries(command):
+        importlib.import_module(f"{__package__}.{module}").register(add)
     return parser
 
 
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand named on a command line (its first word that is not an option)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(_command(argv)).parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

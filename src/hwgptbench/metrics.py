@@ -1,29 +1,164 @@
-"""What a measurement table holds: its key columns and the types of columns that may be all
-null in one table (typed explicitly so that tables from many machines concatenate)."""
+"""The hardware metrics and the measurement table that holds them, declared once.
 
-from collections.abc import Sequence
-from typing import Any
+A hardware metric is a column of the measurement table that the surrogates are fitted on
+(:class:`Metric`: its name, unit, figure label, the columns its meter writes and the column that
+says why it is null). :data:`METRICS` is the registry: the measure stage writes every metric's
+columns (null with the reason where the device cannot measure it), the params schema accepts
+exactly these names wherever a hardware metric is named (``surrogate.metrics``,
+``transfer.metrics``, ``search.objective_sets``), the surrogates stage reads a null metric's
+reason from its reason column, and figures and tables label it from here.
 
-import polars as pl
+The built-in metrics are measured by :mod:`hwgptbench.meters.runner` itself (latency, energy,
+memory). A further metric names its meter (``measure``): a function called on each built model
+after the built-in meters, ``measure(model, forward, x) -> {column: value}``, where ``forward``
+runs one forward pass of ``model`` on the token ids ``x`` under the row's condition.
+docs/architecture.md ("Where does X go?") has the recipe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import polars as pl
+
 
 KEY = ["device", "arch_id", "batch_size", "seq_len", "dtype", "launch"]
+PERPLEXITY = "perplexity"  # the one metric that does not depend on the device
 
-# Columns whose values may all be null in one table: typed explicitly so tables concatenate.
-NULLABLE = {
-    "reason": pl.String, "latency_ms": pl.Float64, "latency_mean_ms": pl.Float64,
-    "latency_std_ms": pl.Float64, "latency_iqr_ms": pl.Float64, "latency_n": pl.Int64,
-    "latency_ci95_ms": pl.Float64, "latency_ci95_rel": pl.Float64, "energy_mj": pl.Float64,
-    "energy_window_s": pl.Float64, "energy_calls": pl.Int64, "energy_source": pl.String,
-    "energy_reason": pl.String, "memory_weights_mb": pl.Float64, "memory_peak_mb": pl.Float64,
-    "memory_activations_mb": pl.Float64, "memory_reason": pl.String,
-    "latency_drift_cv": pl.Float64, "cpu_cores_physical": pl.Int64, "memory_gb": pl.Float64,
-    "gpu_memory_gb": pl.Float64,
-    "gpu_driver": pl.String, "cuda_version": pl.String, "latency_group_factor": pl.Float64,
-    "latency_group": pl.Int64, "latency_anchor_only": pl.Boolean,
-    "latency_repeat_ms": pl.Float64,
+# Meter: (model, forward, token ids) -> the metric's columns of one row
+Meter = Callable[[Any, Callable[[], Any], Any], Mapping[str, Any]]
+
+
+class MetricError(ValueError):
+    """A metric declared twice, or a meter that cannot be found."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A hardware metric of the measurement table."""
+
+    name: str  # its column (unit in the name: latency_ms, energy_mj, memory_peak_mb)
+    unit: str  # as printed: ms, mJ, MB
+    label: str  # axis and table label, with the unit
+    reason_column: str  # the column that says why the metric is null on a row
+    # every column its meter writes (itself, the reason and any statistics) with its polars
+    # type's name, so that tables whose rows are all null concatenate with measured ones
+    columns: Mapping[str, str] = field(default_factory=dict)
+    # None: measured by meters.runner itself; else a Meter or its "module:function"
+    measure: Meter | str | None = None
+
+    def meter(self) -> Meter | None:
+        """The meter function of a further metric (imported on first use), or None."""
+        if self.measure is None or callable(self.measure):
+            return self.measure
+        module, _, name = self.measure.partition(":")
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as err:
+            raise MetricError(f"metric {self.name}: meter {self.measure!r} not found: {err}"
+                              ) from err
+
+
+_LATENCY_COLUMNS = {
+    "latency_ms": "Float64", "latency_mean_ms": "Float64", "latency_std_ms": "Float64",
+    "latency_iqr_ms": "Float64", "latency_n": "Int64", "latency_ci95_ms": "Float64",
+    "latency_ci95_rel": "Float64", "latency_drift_cv": "Float64",
+    "latency_group_factor": "Float64", "latency_group": "Int64",
+    "latency_anchor_only": "Boolean", "latency_repeat_ms": "Float64", "reason": "String",
 }
+_ENERGY_COLUMNS = {
+    "energy_mj": "Float64", "energy_window_s": "Float64", "energy_calls": "Int64",
+    "energy_source": "String", "energy_reason": "String",
+}
+_MEMORY_COLUMNS = {
+    "memory_weights_mb": "Float64", "memory_peak_mb": "Float64",
+    "memory_activations_mb": "Float64", "memory_reason": "String",
+}
+# what identifies the machine and may be null on one (no GPU, no physical core count)
+_DEVICE_COLUMNS = {
+    "cpu_cores_physical": "Int64", "memory_gb": "Float64", "gpu_memory_gb": "Float64",
+    "gpu_driver": "String", "cuda_version": "String",
+}
+
+METRICS: dict[str, Metric] = {m.name: m for m in (
+    Metric("latency_ms", "ms", "latency (ms)", "reason", _LATENCY_COLUMNS),
+    Metric("energy_mj", "mJ", "energy (mJ)", "energy_reason", _ENERGY_COLUMNS),
+    Metric("memory_peak_mb", "MB", "peak memory (MB)", "memory_reason", _MEMORY_COLUMNS),
+    Metric("memory_activations_mb", "MB", "activation memory (MB)", "memory_reason",
+           _MEMORY_COLUMNS),
+)}
+# labels of table columns that are not hardware metrics
+OTHER_LABELS = {PERPLEXITY: "validation perplexity", "memory_weights_mb": "weight memory (MB)",
+                "params": "parameters", "flops": "FLOPs"}
+
+
+def hardware_metrics() -> list[str]:
+    """The names of the registered hardware metrics, in registration order."""
+    return list(METRICS)
+
+
+def further_metrics() -> list[Metric]:
+    """The registered metrics that name their own meter."""
+    return [m for m in METRICS.values() if m.measure is not None]
+
+
+def register(metric: Metric) -> Metric:
+    """Add a hardware metric to the registry; a name or column already declared is an error."""
+    if metric.name in METRICS:
+        raise MetricError(f"metric {metric.name} is already registered")
+    if metric.name not in metric.columns or metric.reason_column not in metric.columns:
+        raise MetricError(f"metric {metric.name}: columns must include {metric.name} and its "
+                          f"reason column {metric.reason_column}")
+    METRICS[metric.name] = metric
+    return metric
+
+
+@contextlib.contextmanager
+def registered(metric: Metric) -> Iterator[Metric]:
+    """The metric registered for the duration of a ``with`` block (plugins' tests, scripts)."""
+    register(metric)
+    try:
+        yield metric
+    finally:
+        del METRICS[metric.name]
+
+
+def label(column: str) -> str | None:
+    """The label of a metric or another known column, or None."""
+    return METRICS[column].label if column in METRICS else OTHER_LABELS.get(column)
+
+
+def reason_column(metric: str) -> str:
+    """The column that says why ``metric`` is null on a row."""
+    return METRICS[metric].reason_column
+
+
+def nullable_columns() -> dict[str, Any]:
+    """The columns that may be all null in one measurement table with their polars types:
+    every metric's and the machine's."""
+    import polars as pl
+
+    names: dict[str, str] = dict(_DEVICE_COLUMNS)
+    for metric in METRICS.values():
+        names |= metric.columns
+    return {column: getattr(pl, dtype) for column, dtype in names.items()}
+
+
+def further_nulls(reason: str) -> dict[str, Any]:
+    """The further metrics' columns of a row that they did not measure, with the reason."""
+    row: dict[str, Any] = {}
+    for metric in further_metrics():
+        row |= dict.fromkeys(metric.columns) | {metric.reason_column: reason}
+    return row
 
 
 def measurement_frame(rows: Sequence[dict[str, Any]]) -> pl.DataFrame:
     """Measurement rows as a table, the nullable columns typed."""
-    return pl.DataFrame(rows, schema_overrides=NULLABLE, infer_schema_length=None)
+    import polars as pl
+
+    return pl.DataFrame(rows, schema_overrides=nullable_columns(), infer_schema_length=None)

@@ -20,6 +20,7 @@ import yaml
 
 from .errors import UserError
 from .io import atomic_write_json, canonical_json
+from .metrics import PERPLEXITY, hardware_metrics
 
 SCHEMA_RESOURCE = "schemas/params.schema.yaml"
 
@@ -29,10 +30,21 @@ class ParamsError(UserError, ValueError):
 
 
 @cache
-def schema() -> dict[str, Any]:
-    """The params schema shipped with the package."""
+def schema_file() -> dict[str, Any]:
+    """The params schema file as shipped (its metric enums empty: :func:`schema` fills them)."""
     text = resources.files("hwgptbench").joinpath(SCHEMA_RESOURCE).read_text(encoding="utf-8")
     return yaml.safe_load(text)
+
+
+def schema() -> dict[str, Any]:
+    """The params schema shipped with the package, its metric enums those of the registry
+    (:data:`hwgptbench.metrics.METRICS`)."""
+    full = schema_file()
+    metrics = hardware_metrics()
+    defs = {**full["$defs"],
+            "hardware_metric": {**full["$defs"]["hardware_metric"], "enum": metrics},
+            "objective": {**full["$defs"]["objective"], "enum": [PERPLEXITY, *metrics]}}
+    return {**full, "$defs": defs}
 
 
 def _field(path: Any) -> str:

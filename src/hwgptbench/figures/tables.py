@@ -6,6 +6,7 @@ import os
 
 import polars as pl
 
+from ..metrics import hardware_metrics
 from ..moo.summary import summarize
 from ..plotting.markdown import MISSING
 from ..plotting.style import algorithm_order
@@ -66,9 +67,8 @@ def reference_table(reference: pl.DataFrame) -> pl.DataFrame:
 
 def device_summary(measurements: pl.DataFrame) -> pl.DataFrame:
     """Per (device, condition): archs measured (status ok) and failed, and median, min and max
-    of latency, energy and peak memory (null where not measured)."""
-    metrics = [m for m in ("latency_ms", "energy_mj", "memory_peak_mb")
-               if m in measurements.columns]
+    of each hardware metric (hwgptbench.metrics; null where not measured)."""
+    metrics = [m for m in hardware_metrics() if m in measurements.columns]
     ok = measured(measurements)
     failed = (measurements.filter(pl.col("status") != "ok")
               .group_by("device", "batch_size", "seq_len", "dtype", "launch")

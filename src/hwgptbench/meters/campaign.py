@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from ..errors import UserError
 from ..io import atomic_write_json, write_parquet
-from ..metrics import measurement_frame
+from ..metrics import further_nulls, measurement_frame
 from ..repeatability import REPEAT_MIN
 from ..space import Arch, SearchSpace
 from ..versions import library_versions
@@ -243,8 +243,9 @@ def _unmeasured_oom(row: dict[str, Any], reason: str) -> dict[str, Any]:
     nulls = {k: None for k in (*LATENCY_FIELDS, "latency_drift_cv", "energy_mj",
                                "energy_window_s", "energy_calls", "memory_weights_mb",
                                "memory_peak_mb", "memory_activations_mb")}
-    return row | nulls | {"status": "oom", "reason": reason, "memory_reason": reason,
-                          "energy_reason": reason}
+    return row | nulls | further_nulls(reason) | {"status": "oom", "reason": reason,
+                                                  "memory_reason": reason,
+                                                  "energy_reason": reason}
 
 
 def assemble(plan: GroupPlan, groups: Sequence[list[dict[str, Any]]], archs: Sequence[Arch]

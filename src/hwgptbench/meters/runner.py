@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from ..errors import UserError
+from ..metrics import Metric, further_metrics, further_nulls
 from ..model import GPT, GPTConfig
 from ..space import Arch, SearchSpace
 from .condition import Condition
@@ -106,7 +107,8 @@ def _unmeasured(row: dict[str, Any], meter: EnergyMeter, status: str,
     """The row with every metric None and the reason."""
     row |= {"status": status, "reason": reason, **dict.fromkeys(LATENCY_FIELDS),
             "energy_mj": None, "energy_window_s": None, "energy_calls": None,
-            "energy_source": meter.source, "energy_reason": reason, **unmeasured(reason)}
+            "energy_source": meter.source, "energy_reason": reason, **unmeasured(reason),
+            **further_nulls(reason)}
     return row
 
 
@@ -150,7 +152,8 @@ def _measure(space: SearchSpace, arch: Arch, vocab_size: int, condition: Conditi
              model: GPT | None = None) -> dict[str, Any]:
     """Latency (unless timed elsewhere), energy and memory fields of arch on token ids x; the
     model (unless given) is built only when one of them is measured here."""
-    if not (settings.latency or settings.memory or meter.available):
+    further = further_metrics()
+    if not (settings.latency or settings.memory or meter.available or further):
         nothing = measure_energy(lambda: None, meter, x.device)  # the meter's null fields
         return {**dict.fromkeys(LATENCY_FIELDS), **nothing,
                 **unmeasured("memory measurement disabled in the settings")}
@@ -163,7 +166,20 @@ def _measure(space: SearchSpace, arch: Arch, vocab_size: int, condition: Conditi
         latency = (measure_latency(fn, x.device, **settings.timing())
                    if settings.latency else dict.fromkeys(LATENCY_FIELDS))
         energy = measure_energy(fn, meter, x.device, settings.energy_seconds)
-    return {**latency, **energy, **memory}
+        others = _further(further, model, fn, x)
+    return {**latency, **energy, **memory, **others}
+
+
+def _further(metrics: Sequence[Metric], model: GPT, fn: Any, x: torch.Tensor
+             ) -> dict[str, Any]:
+    """The columns of the registered metrics that name their own meter (hwgptbench.metrics),
+    each measured on the built model after the built-in meters."""
+    out: dict[str, Any] = {}
+    for metric in metrics:
+        meter_fn = metric.meter()
+        assert meter_fn is not None  # further_metrics() name a meter
+        out |= {metric.reason_column: None, **meter_fn(model, fn, x)}
+    return out
 
 
 def measure_latency_of_archs(space: SearchSpace, archs: Sequence[Arch], vocab_size: int,

@@ -21,6 +21,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ..io import atomic_path
+from ..metrics import label
 
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType
@@ -78,16 +79,6 @@ KIND_COLORS: dict[str, str] = {"smallest": "#0072b2", "largest": "#d55e00", "ran
 FRONT_COLOR = "#d55e00"
 CLOUD_COLOR = "#b0b0b0"
 
-_METRIC_LABELS: dict[str, str] = {
-    "perplexity": "validation perplexity",
-    "latency_ms": "latency (ms)",
-    "energy_mj": "energy (mJ)",
-    "memory_peak_mb": "peak memory (MB)",
-    "memory_weights_mb": "weight memory (MB)",
-    "memory_activations_mb": "activation memory (MB)",
-    "params": "parameters",
-    "flops": "FLOPs",
-}
 _UNITS = {"ms": "ms", "s": "s", "mj": "mJ", "j": "J", "mb": "MB", "gb": "GB"}
 
 P = ParamSpec("P")
@@ -96,8 +87,9 @@ R = TypeVar("R")
 
 def metric_label(metric: str) -> str:
     """Axis label of a metric column, with its unit (``latency_ms`` -> ``latency (ms)``)."""
-    if metric in _METRIC_LABELS:
-        return _METRIC_LABELS[metric]
+    known = label(metric)
+    if known is not None:
+        return known
     name, _, unit = metric.rpartition("_")
     if name and unit in _UNITS:
         return f"{name.replace('_', ' ')} ({_UNITS[unit]})"

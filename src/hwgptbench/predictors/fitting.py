@@ -34,6 +34,7 @@ from tqdm import tqdm
 
 from ..io import atomic_dir, write_parquet
 from ..meters.condition import CONDITION_KEYS, condition_id, with_condition_columns
+from ..metrics import reason_column
 from ..repeatability import REPEAT_MIN, agreement, at_ceiling
 from ..schema import ANY
 from ..space import SearchSpace, read_archs_from
@@ -333,8 +334,8 @@ def _write_quality(rows: list[dict[str, Any]], predictions: list[pl.DataFrame],
 
 
 def _null_reason(group: pl.DataFrame, metric: str) -> str:
-    """Why a metric was not measured, from the table's reason columns."""
-    column = {"energy_mj": "energy_reason"}.get(metric, "memory_reason")
+    """Why a metric was not measured, from its reason column (hwgptbench.metrics)."""
+    column = reason_column(metric)
     reasons = group[column].drop_nulls().unique().to_list() if column in group.columns else []
     return f"not measured: {reasons[0]}" if reasons else "not measured"
 

@@ -40,7 +40,7 @@ from ..meters.condition import Condition
 from ..meters.device import default_device, fingerprint, resolve_label
 from ..meters.latency import measure_latency
 from ..meters.runner import Settings, cpu_estimator
-from ..metrics import NULLABLE
+from ..metrics import nullable_columns
 from ..repeatability import REPEAT_MIN
 from ..space import Arch, SearchSpace
 from ..versions import library_versions
@@ -166,7 +166,7 @@ def measure_runtime(section: dict[str, Any], threads: int, space: SearchSpace,
                                             settings),
         tqdm(serving["batch_sizes"], desc="serving", unit="batch size"), section["seq_len"],
         section["gen_len"], section["dtypes"][0])
-    runtime = pl.DataFrame(rows, schema_overrides=NULLABLE | {"tokens_per_s": pl.Float64},
+    runtime = pl.DataFrame(rows, schema_overrides=nullable_columns() | {"tokens_per_s": pl.Float64},
                            infer_schema_length=None)
     breakdown = pl.DataFrame(parts, infer_schema_length=None).with_columns(
         pl.lit(resolved).alias("device"))

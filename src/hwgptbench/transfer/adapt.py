@@ -23,7 +23,7 @@ import polars as pl
 from ..io import write_parquet
 from ..meters.campaign import conditions, measure_rows
 from ..meters.device import default_device
-from ..metrics import NULLABLE
+from ..metrics import measurement_frame
 from ..predictors.features import feature_matrix
 from ..predictors.store import save_surrogate
 from ..space import Arch, SearchSpace
@@ -50,7 +50,7 @@ def measure_for_adaptation(measure_section: Mapping[str, Any], space: SearchSpac
     chosen = [candidates[i] for i in select(selection, features, k, seed)]
     log.info("measuring %d archs (%s selection) on %s", len(chosen), selection, label)
     rows = measure_rows(measure_section, space, chosen, vocab_size, label, desc="adapt")
-    return pl.DataFrame(rows, schema_overrides=NULLABLE, infer_schema_length=None)
+    return measurement_frame(rows)
 
 
 def _target_rows(table: pl.DataFrame, device: str) -> pl.DataFrame:
