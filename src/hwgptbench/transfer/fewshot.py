@@ -22,7 +22,8 @@ Methods (``METHODS``):
 - ``source_ridge``: ridge regression of the target's log values on the sources' log profiles
   (penalty by leave-one-out): a learned combination of the source devices.
 - ``feature_ridge``: ridge on the standardised features from the k archs alone (no transfer).
-- ``ensemble``: the mean log prediction of ``table_prior_cv`` and ``source_ridge``.
+- ``ensemble``: the mean log prediction of ``table_prior_cv``, ``source_ridge`` and the
+  ``flops`` line, weighted by 1 / their leave-one-out error on the k archs.
 - ``select``: per target, whichever of the other methods and baselines has the smallest
   leave-one-out error on the k archs.
 
@@ -318,12 +319,22 @@ def nearest_source(p: Problem, chosen: np.ndarray, z: np.ndarray) -> Fit:
 
 
 def ensemble(p: Problem, chosen: np.ndarray, z: np.ndarray) -> Fit:
-    """Mean log prediction of ``table_prior_cv`` and ``source_ridge``."""
-    members = [table_prior_cv(p, chosen, z), source_ridge(p, chosen, z)]
-    loo = None if any(m.loo is None for m in members) else \
-        np.mean([m.loo for m in members], axis=0)
-    return Fit(lambda rows: np.mean([m.predict(rows) for m in members], axis=0), loo,
-               chosen=members[0].chosen)
+    """Weighted mean log prediction of ``table_prior_cv``, ``source_ridge`` and ``flops``,
+    each weighted by 1 / its mean squared leave-one-out error on the k archs (equal weights
+    below 3 archs)."""
+    members = [table_prior_cv(p, chosen, z), source_ridge(p, chosen, z),
+               METHODS["flops"](p, chosen, z)]
+    errors = np.array([np.inf if m.loo is None else float(np.mean(np.square(m.loo)))
+                       for m in members])
+    if len(z) < 3 or not np.all(np.isfinite(errors)):
+        weights = np.full(len(members), 1 / len(members))
+    else:
+        weights = 1 / np.maximum(errors, 1e-12)
+        weights /= weights.sum()
+    label = ", ".join(f"{w:.2f}" for w in weights)
+    return Fit(lambda rows: np.sum([w * m.predict(rows) for w, m in
+                                    zip(weights, members, strict=True)], axis=0),
+               None, chosen=f"weights {label}")
 
 
 def _loo(method: Callable[[Problem, np.ndarray, np.ndarray], Fit], p: Problem,
