@@ -86,6 +86,13 @@ def _bounds(data: external.ExternalSet, targets: tuple[str, ...]) -> str:
                       "| own LightGBM, 5-fold over all archs | " + " | ".join(cells) + " |"])
 
 
+def drop_first(table: external.DeviceTable, count: int) -> external.DeviceTable:
+    """The table without its first ``count`` archs."""
+    keep = slice(count, None)
+    return external.DeviceTable(table.device, table.keys[keep], table.features[keep],
+                                table.values[keep], table.flops[keep], table.params[keep])
+
+
 def run(data: external.ExternalSet, split: external.Split, ks: list[int], seeds: int,
         report_k: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Evaluate one split and print its tables."""
@@ -117,6 +124,11 @@ def main() -> None:
     parser.add_argument("--ks", type=int, nargs="+", default=[1, 5, 10, 20])
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--report-k", type=int, default=10)
+    parser.add_argument("--drop-first", nargs="+", default=[], metavar="TABLE:N",
+                        help="leave out the first N archs of a table (a sensitivity check of "
+                             "rows suspected of a measurement artefact)")
+    parser.add_argument("--only", nargs="+", default=[], metavar="SPLIT",
+                        help="evaluate only these splits (names as printed)")
     parser.add_argument("--out", help="parquet of every quality row (summary beside it)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -131,9 +143,16 @@ def main() -> None:
         runs.append((data, [external.gpt_split(data)]))
     if not runs:
         parser.error("give at least one of --help-fbnet, --hat, --gpt")
+    for item in args.drop_first:
+        name, _, count = item.rpartition(":")
+        for data, _ in runs:
+            if name in data.tables:
+                data.tables[name] = drop_first(data.tables[name], int(count))
     qualities, summaries = [], []
     for data, splits in runs:
         for split in splits:
+            if args.only and split.name not in args.only:
+                continue
             quality, summary = run(data, split, args.ks, args.seeds, args.report_k)
             qualities.append(quality)
             summaries.append(summary)
