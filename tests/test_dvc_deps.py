@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import argparse
 import ast
-import inspect
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
@@ -37,8 +35,10 @@ PACKAGE = "hwgptbench"
 SRC = REPO_ROOT / "src"
 SUBCOMMAND = re.compile(r"\bhwgptbench ([a-z][a-z0-9-]*)")
 # modules whose functions import lazily what only some callers use: the registries of
-# subcommands, `cli.py` and every stage package's `commands.py` (each handler imports its stage)
-REGISTRIES = {f"{PACKAGE}.cli", f"{PACKAGE}.commands", *(
+# subcommands, `cli.py` and every stage package's `commands.py` (each handler imports its
+# stage), and the stage modules with one function per subcommand; the code a subcommand runs
+# is followed into them function by function (:func:`handler_modules`)
+REGISTRIES = {f"{PACKAGE}.cli", f"{PACKAGE}.commands", f"{PACKAGE}.compress.stage", *(
     f"{PACKAGE}.{path.parent.name}.commands" for path in SRC.glob(f"{PACKAGE}/*/commands.py"))}
 PARAMS_FILE = re.compile(r"results/\.params/([A-Za-z0-9_.]+)\.json")
 
@@ -115,27 +115,54 @@ def closure(modules: set[str]) -> set[str]:
 
 
 @cache
+def _tree(module: str) -> ast.Module:
+    return ast.parse(module_file(module).read_text(encoding="utf-8"))  # type: ignore[union-attr]
+
+
+def _bound_modules(module: str, nodes: Iterable[ast.AST]) -> dict[str, str]:
+    """Local names that import statements under nodes bind to package modules
+    (``from . import stage`` binds ``stage``)."""
+    bound = {}
+    for node in nodes:
+        for child in ast.walk(node):
+            if isinstance(child, ast.ImportFrom):
+                base = _from_base(module, child)
+                bound |= {alias.asname or alias.name: f"{base}.{alias.name}"
+                          for alias in child.names if module_file(f"{base}.{alias.name}")}
+    return bound
+
+
+@cache
 def handler_modules(subcommand: str) -> frozenset[str]:
     """The package modules a CLI subcommand runs: its handler's module-level imports, the
-    imports of the handler and of the functions of its module that it calls, and their
-    closure."""
+    imports of the handler and of the functions it calls (in its module, or in a registry or
+    stage module through ``module.function(...)``), and their closure."""
     parser = cli.build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     func = commands.choices[subcommand].get_default("func")
-    module = func.__module__
-    tree = ast.parse(inspect.getsource(sys.modules[module]))
-    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-    body_level = _top_level(tree)
-    called, todo = set(), [func.__name__]
+    visited: set[tuple[str, str]] = set()
+    todo = [(func.__module__, func.__name__)]
+    direct: set[str] = set()
     while todo:
-        name = todo.pop()
-        if name in called or name not in functions:
+        module, name = todo.pop()
+        tree = _tree(module)
+        functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        if (module, name) in visited or name not in functions:
             continue
-        called.add(name)
-        todo += [n.func.id for n in ast.walk(functions[name])
-                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
-    direct = imports_in(module, body_level + [functions[n] for n in called]) | {module}
-    return frozenset({module} | closure(direct - {module}))
+        visited.add((module, name))
+        body_level = _top_level(tree)
+        direct |= imports_in(module, body_level + [functions[name]])
+        bound = _bound_modules(module, body_level + [functions[name]])
+        for call in ast.walk(functions[name]):
+            if not isinstance(call, ast.Call):
+                continue
+            if isinstance(call.func, ast.Name):
+                todo.append((module, call.func.id))
+            elif (isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
+                  and bound.get(call.func.value.id) in REGISTRIES):
+                todo.append((bound[call.func.value.id], call.func.attr))
+    followed = {module for module, _ in visited}
+    return frozenset(followed | closure(direct - followed))
 
 
 def stage_modules(text: str) -> set[str]:
