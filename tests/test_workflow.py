@@ -125,6 +125,10 @@ def test_pull_into_fresh_clone_is_up_to_date_in_both_tools(pushed: Path, tmp_pat
     run(["git", "checkout", "params.yaml"], repo)
     assert snakemake_jobs(repo) == set()
     assert dvc_status(repo) == {}
+    # a stage's own subcommands are its code alone: DVC names that stage, not the data stage
+    commands = repo / "src" / "hwgptbench" / "surrogate" / "commands.py"
+    commands.write_text(commands.read_text() + "# edited\n")
+    assert set(dvc_status(repo)) == {"surrogates@tiny"}
 
 
 def test_figures_regenerate_from_pulled_tables_alone(pushed: Path, tmp_path: Path) -> None:
