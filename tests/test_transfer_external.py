@@ -141,7 +141,7 @@ def fbnet(tmp_path_factory: pytest.TempPathFactory) -> external.ExternalSet:
     return external.load_help_fbnet(_fbnet_folder(tmp_path_factory.mktemp("help")))
 
 
-@pytest.mark.parametrize("k", [1, 2, 3, 10])
+@pytest.mark.parametrize("k", [1, 3, 10])
 def test_every_method_runs_and_leaks_nothing(fbnet: external.ExternalSet, k: int) -> None:
     """Every method fits any k; changing the target's values outside the k archs changes no
     prediction (nothing of them reaches a method)."""

@@ -22,8 +22,9 @@ Methods (``METHODS``):
 - ``source_ridge``: ridge regression of the target's log values on the sources' log profiles
   (penalty by leave-one-out): a learned combination of the source devices.
 - ``feature_ridge``: ridge on the standardised features from the k archs alone (no transfer).
-- ``ensemble``: the mean log prediction of ``table_prior_cv``, ``source_ridge`` and the
-  ``flops`` line, weighted by 1 / their leave-one-out error on the k archs.
+- ``ensemble``: the mean log prediction of ``table_prior_cv``, ``source_ridge``, the
+  ``flops`` line and ``feature_ridge``, weighted by 1 / their leave-one-out error on the k
+  archs.
 - ``select``: per target, whichever of the other methods and baselines has the smallest
   leave-one-out error on the k archs.
 
@@ -319,11 +320,12 @@ def nearest_source(p: Problem, chosen: np.ndarray, z: np.ndarray) -> Fit:
 
 
 def ensemble(p: Problem, chosen: np.ndarray, z: np.ndarray) -> Fit:
-    """Weighted mean log prediction of ``table_prior_cv``, ``source_ridge`` and ``flops``,
-    each weighted by 1 / its mean squared leave-one-out error on the k archs (equal weights
-    below 3 archs)."""
+    """Weighted mean log prediction of one predictor of each kind: the learned transfer
+    (``table_prior_cv``), the sources combined (``source_ridge``), the proxy (``flops``) and
+    the target alone (``feature_ridge``), each weighted by 1 / its mean squared leave-one-out
+    error on the k archs (equal weights below 3 archs)."""
     members = [table_prior_cv(p, chosen, z), source_ridge(p, chosen, z),
-               METHODS["flops"](p, chosen, z)]
+               METHODS["flops"](p, chosen, z), feature_ridge(p, chosen, z)]
     errors = np.array([np.inf if m.loo is None else float(np.mean(np.square(m.loo)))
                        for m in members])
     if len(z) < 3 or not np.all(np.isfinite(errors)):
