@@ -161,3 +161,9 @@ def test_search_summary_scores_stored_runs_against_the_final_front(
     stages = pl.read_parquet(out / "reference.parquet")
     assert stages["stage"].to_list() == ["sample", "optimisation", "runs"]
     assert set(pl.read_parquet(out / "front.parquet")["source"]) <= {"sample", "runs"}
+    friedman = pl.read_parquet(out / "friedman.parquet")
+    assert friedman.select("algorithms", "seeds").row(0) == (2, 2)
+    assert sorted(pl.read_parquet(out / "ranks.parquet")["algorithm"]) == ["nsga2", "rs"]
+    assert pl.read_parquet(out / "pairwise.parquet").height == 1
+    eafdiff = pl.read_parquet(out / "eafdiff.parquet")
+    assert {*eafdiff["algorithm_a"], *eafdiff["algorithm_b"]} <= {"nsga2", "rs"}

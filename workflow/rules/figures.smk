@@ -24,6 +24,10 @@ rule figures_of_scale:
         attainment=rules.search_summary.output.attainment,
         runs=rules.search_summary.output.runs,
         reference=rules.search_summary.output.reference,
+        friedman=rules.search_summary.output.friedman,
+        ranks=rules.search_summary.output.ranks,
+        pairwise=rules.search_summary.output.pairwise,
+        eafdiff=rules.search_summary.output.eafdiff,
     output:
         **{f"figure_{name}": figure_output(name) for name in SCALE_FIGURES},
         **{f"table_{name}": table_output(name) for name in TABLES},

@@ -49,7 +49,8 @@ rule search:
 
 rule search_summary:
     """The final reference fronts (each reference united with every run's archive), the runs
-    scored against them, final hypervolumes, per-algorithm summary and attainment surfaces."""
+    scored against them, final hypervolumes, per-algorithm summary, attainment surfaces, rank
+    tests and the EAF difference of the best two algorithms."""
     input:
         params=PARAMS["search"],
         references=lambda wc: expand(rules.search_reference.output[0], scale=wc.scale,
@@ -64,6 +65,10 @@ rule search_summary:
         final=layout.search_table("{scale}", "final"),
         summary=layout.search_table("{scale}", "summary"),
         attainment=layout.search_table("{scale}", "attainment"),
+        friedman=layout.search_table("{scale}", "friedman"),
+        ranks=layout.search_table("{scale}", "ranks"),
+        pairwise=layout.search_table("{scale}", "pairwise"),
+        eafdiff=layout.search_table("{scale}", "eafdiff"),
         metrics=layout.search_metrics("{scale}"),
     params:
         files=params_flags,

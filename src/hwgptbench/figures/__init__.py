@@ -9,6 +9,11 @@ from ..lazy import lazy_exports
 
 __getattr__ = lazy_exports(__name__, {
     "attainment_surfaces": "search",
+    "critical_difference": "search",
+    "eaf_difference": "search",
+    "hypervolume_time": "search",
+    "pairwise_table": "tables",
+    "rank_table": "tables",
     "device_correlation": "benchmark",
     "device_summary": "tables",
     "dimension_effects": "benchmark",
@@ -21,6 +26,7 @@ __getattr__ = lazy_exports(__name__, {
     "surrogate_calibration": "surrogate",
     "surrogate_scatter": "surrogate",
 })
-__all__ = ["attainment_surfaces", "device_correlation", "device_summary", "dimension_effects",
-           "hypervolume_curves", "hypervolume_table", "loss_curve", "pareto_3d", "pareto_fronts",
-           "quality_table", "surrogate_calibration", "surrogate_scatter"]
+__all__ = ["attainment_surfaces", "critical_difference", "device_correlation", "device_summary",
+           "dimension_effects", "eaf_difference", "hypervolume_curves", "hypervolume_table",
+           "hypervolume_time", "loss_curve", "pairwise_table", "pareto_3d", "pareto_fronts",
+           "quality_table", "rank_table", "surrogate_calibration", "surrogate_scatter"]

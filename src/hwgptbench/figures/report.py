@@ -1,12 +1,14 @@
-"""The figures stage: every figure, table and DVC plot file of a scale, from result tables only.
+"""The figures stage: every figure, table and DVC plot file of a scale, from result tables
+only.
 
 Reads ``results/{scale}/``: perplexity.parquet, measurements.parquet,
 surrogates/{quality,predictions}.parquet, supernet/loss.parquet (where a supernet was
-trained), search/{runs,reference,final,attainment}.parquet (the runs as scored against the
-final reference fronts), transfer/{quality,summary}.parquet, runtime.parquet,
-breakdown.parquet, serving.parquet and parallel.parquet. Writes ``figures/`` (PNG + SVG),
-``tables/`` (CSV + Markdown) and ``plots/`` (CSV for ``dvc plots``). Nothing is trained,
-measured or predicted here, so after ``dvc pull`` the figures regenerate in seconds.
+trained), search/{runs,reference,final,attainment,friedman,ranks,pairwise,eafdiff}.parquet
+(the runs as scored against the final reference fronts, and the rank tests),
+transfer/{quality,summary}.parquet, runtime.parquet, breakdown.parquet, serving.parquet and
+parallel.parquet. Writes ``figures/`` (PNG + SVG), ``tables/`` (CSV + Markdown) and
+``plots/`` (CSV for ``dvc plots``). Nothing is trained, measured or predicted here, so after
+``dvc pull`` the figures regenerate in seconds.
 """
 
 from __future__ import annotations
@@ -75,6 +77,10 @@ def render(scale: str, results: str | os.PathLike[str]) -> list[Path]:
     reference = pl.read_parquet(layout.search_table(scale, "reference", top))
     final = pl.read_parquet(layout.search_table(scale, "final", top))
     attainment = pl.read_parquet(layout.search_table(scale, "attainment", top))
+    friedman = pl.read_parquet(layout.search_table(scale, "friedman", top))
+    ranks = pl.read_parquet(layout.search_table(scale, "ranks", top))
+    pairwise = pl.read_parquet(layout.search_table(scale, "pairwise", top))
+    eafdiff = pl.read_parquet(layout.search_table(scale, "eafdiff", top))
     transfer_quality = pl.read_parquet(layout.transfer_quality(scale, top))
     transfer_summary = pl.read_parquet(layout.transfer_summary(scale, top))
     runtime_rows = pl.read_parquet(layout.runtime(scale, top))
@@ -94,6 +100,9 @@ def render(scale: str, results: str | os.PathLike[str]) -> list[Path]:
         *surrogate.surrogate_scatter(predictions, figures / "surrogate_scatter"),
         *surrogate.surrogate_calibration(quality, figures / "surrogate_calibration"),
         *search.hypervolume_curves(runs, figures / "hypervolume"),
+        *search.hypervolume_time(runs, figures / "hypervolume_time"),
+        *search.critical_difference(friedman, ranks, figures / "critical_difference"),
+        *search.eaf_difference(eafdiff, figures / "eaf_difference"),
         *search.attainment_surfaces(attainment, figures / "attainment"),
         *benchmark.pareto_3d(three, metrics, figures / "pareto_3d"),
         *benchmark.dimension_effects(measurements, figures / "dimension_effects"),
@@ -106,6 +115,8 @@ def render(scale: str, results: str | os.PathLike[str]) -> list[Path]:
         *runtime.parallel_modes(parallel, figures / "runtime_parallel"),
         *write_table(tables.quality_table(quality), table_dir / "surrogate_quality"),
         *write_table(tables.hypervolume_table(final), table_dir / "hypervolume"),
+        *write_table(tables.rank_table(friedman, ranks), table_dir / "rank_tests"),
+        *write_table(tables.pairwise_table(pairwise), table_dir / "pairwise_tests"),
         *write_table(tables.reference_table(reference), table_dir / "reference_front"),
         *write_table(tables.device_summary(measurements), table_dir / "devices"),
         *write_table(transfer.transfer_table(transfer_summary, transfer_quality),

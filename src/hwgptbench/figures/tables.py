@@ -65,6 +65,27 @@ def reference_table(reference: pl.DataFrame) -> pl.DataFrame:
         "hypervolume", "hv_gap", "box")
 
 
+def rank_table(friedman: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
+    """Per (objectives, device, algorithm): mean rank over the seeds and median final
+    hypervolume, with the Friedman test (statistic, p-value) and the Nemenyi critical
+    difference of its (objectives, device); algorithms by mean rank."""
+    return ranks.join(friedman, on=["objectives", "device"], how="left").select(
+        "objectives", "device", "algorithm", "mean_rank", "hv_median", "seeds",
+        pl.col("statistic").alias("friedman_chi2"), pl.col("p_value").alias("friedman_p"),
+        "critical_difference").sort("objectives", "device", "mean_rank", "algorithm")
+
+
+def pairwise_table(pairwise: pl.DataFrame) -> pl.DataFrame:
+    """Every pair of algorithms of an (objectives, device): mean-rank difference (positive: a
+    ranks better) and whether it exceeds the critical difference, median per-seed difference of
+    final hypervolume, seeds won by each, Wilcoxon signed-rank p-value and its Holm
+    adjustment; pairs by adjusted p-value."""
+    return pairwise.select(
+        "objectives", "device", "algorithm_a", "algorithm_b", "rank_difference",
+        "nemenyi_different", "hv_median_difference", "wins_a", "wins_b", "p_value", "p_holm",
+        "holm_different").sort("objectives", "device", "p_holm", "algorithm_a", "algorithm_b")
+
+
 def device_summary(measurements: pl.DataFrame) -> pl.DataFrame:
     """Per (device, condition): archs measured (status ok) and failed, and median, min and max
     of each hardware metric (hwgptbench.metrics; null where not measured)."""

@@ -1,14 +1,17 @@
 """The objective function a search algorithm calls, with its budget and its record.
 
-Every call is recorded (arch, fidelity, cost, raw objective values). Costs are counted in
-full evaluations: an evaluation at fidelity f (training steps) costs f / f_max, and an arch
-already evaluated at a lower fidelity pays only the difference, as a trial resumed from its
-checkpoint would. When the next evaluation would exceed the budget, :class:`BudgetExhausted`
-ends the run; algorithms are written as plain loops and never count.
+Every call is recorded (arch, fidelity, cost, raw objective values, and the seconds since
+the run started when its values came back: the algorithm's own time and the queries'). Costs
+are counted in full evaluations: an evaluation at fidelity f (training steps) costs f /
+f_max, and an arch already evaluated at a lower fidelity pays only the difference, as a
+trial resumed from its checkpoint would. When the next evaluation would exceed the budget,
+:class:`BudgetExhausted` ends the run; algorithms are written as plain loops and never
+count.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -35,6 +38,7 @@ class Evaluator:
     records: list[dict] = field(default_factory=list)
     spent: float = 0.0
     _paid: dict[str, int] = field(default_factory=dict)  # arch id -> highest fidelity evaluated
+    started: float = field(default_factory=time.perf_counter)  # the run's clock starts here
 
     @property
     def n_objectives(self) -> int:
@@ -76,9 +80,11 @@ class Evaluator:
             level = fidelity or self.full_fidelity or 0
             self._paid[arch.id] = max(self._paid.get(arch.id, 0), level)
         values = self.problem.values([a for a, _ in fitting], None if full else fidelity)
+        elapsed = time.perf_counter() - self.started
         for (arch, cost), row in zip(fitting, values, strict=True):
             self.records.append({"arch": arch, "fidelity": self.full_fidelity if full
-                                 else fidelity, "full": full, "cost": cost, "values": row})
+                                 else fidelity, "full": full, "cost": cost, "values": row,
+                                 "elapsed": elapsed})
         if len(fitting) < len(archs):
             raise BudgetExhausted
         return self.reference.normalize(values)

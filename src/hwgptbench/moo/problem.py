@@ -53,6 +53,7 @@ class Problem:
     condition: str | None
     _tables: dict[int | None, tuple[dict[str, int], np.ndarray]] = field(default_factory=dict,
                                                                           repr=False)
+    _fidelities: list[int] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.metrics = tuple(self.metrics)
@@ -67,8 +68,11 @@ class Problem:
 
     @property
     def fidelities(self) -> list[int]:
-        """Training steps at which perplexity can be queried; the last is the full one."""
-        return list(self.benchmark.fidelities)
+        """Training steps at which perplexity can be queried; the last is the full one (read
+        once: the evaluator asks at every evaluation)."""
+        if self._fidelities is None:
+            self._fidelities = list(self.benchmark.fidelities)
+        return list(self._fidelities)
 
     def _query(self, archs: Sequence[Arch], fidelity: int | None) -> np.ndarray:
         table = self.benchmark.query(archs, list(self.metrics), device=self.device,

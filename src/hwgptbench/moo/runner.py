@@ -1,12 +1,13 @@
 """One search run: (algorithm, objectives, device, budget, seed) against the benchmark.
 
-A run's table has one row per evaluation: the arch, its fidelity and cost, its raw objective
-values, and the running hypervolume and hypervolume regret of the full-fidelity evaluations so
-far (scaled objectives, reference point of the stored :class:`Reference`: the front known
-before the run, so a run may beat it; the summary rescores every run against the front that
-includes all runs' archives, see :mod:`.front`). Runs are
-deterministic: every random source an algorithm may touch (numpy's and torch's global
-generators included, which syne-tune and BoTorch use) is seeded from the run's seed.
+A run's table has one row per evaluation: the arch, its fidelity and cost, the wall time
+since the run started (``elapsed_s``: the one column that is not deterministic), its raw
+objective values, and the running hypervolume and hypervolume regret of the full-fidelity
+evaluations so far (scaled objectives, reference point of the stored :class:`Reference`: the
+front known before the run, so a run may beat it; the summary rescores every run against the
+front that includes all runs' archives, see :mod:`.front`). Runs are deterministic: every
+random source an algorithm may touch (numpy's and torch's global generators included, which
+syne-tune and BoTorch use) is seeded from the run's seed.
 """
 
 from __future__ import annotations
@@ -65,8 +66,9 @@ def execute(evaluator: Evaluator, algorithm: str, seed: int,
 def run(problem: Objectives, reference: Reference, algorithm: str, budget: int, seed: int,
         options: dict[str, Any] | None = None) -> pl.DataFrame:
     """Run algorithm for budget evaluations; the table of its evaluations."""
+    get_algorithm(algorithm)  # its library imported before the run's clock starts
     evaluator = Evaluator(problem, reference, float(budget))
-    start = time.perf_counter()
+    start = evaluator.started
     execute(evaluator, algorithm, seed, options)
     elapsed = time.perf_counter() - start
     if evaluator.spent < budget - 1:
@@ -94,6 +96,7 @@ def trajectory(evaluator: Evaluator, algorithm: str, seed: int) -> pl.DataFrame:
         "full_fidelity": full,
         "cost": costs,
         "cumulative_cost": np.cumsum(costs),
+        "elapsed_s": np.array([r["elapsed"] for r in records], dtype=float),
         **{m: values[:, j] for j, m in enumerate(metrics)},
         "hypervolume": hv,
         "hv_regret": regret,

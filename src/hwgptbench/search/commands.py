@@ -65,8 +65,9 @@ def cmd_search(args: argparse.Namespace) -> None:
 def cmd_search_summary(args: argparse.Namespace) -> None:
     """The final reference fronts (stored references united with every run's archive), every
     run scored against them, final hypervolume per run, per-algorithm summary, attainment
-    surfaces, DVC metrics."""
-    from ..moo import summary
+    surfaces, rank tests (Friedman, critical difference, pairwise Wilcoxon-Holm), the EAF
+    difference of the best two algorithms, DVC metrics."""
+    from ..moo import compare, summary
     from ..moo.reference import load_front, load_reference
     from .front import final_fronts
 
@@ -83,10 +84,14 @@ def cmd_search_summary(args: argparse.Namespace) -> None:
     write_parquet(final, out / "final.parquet")
     write_parquet(table, out / "summary.parquet")
     write_parquet(summary.attainment(runs, config["objective_sets"]), out / "attainment.parquet")
+    comparisons = compare.comparison_tables(runs, final, config["objective_sets"])
+    for name, comparison in comparisons.items():
+        write_parquet(comparison, out / f"{name}.parquet")
     atomic_write_json(args.metrics_out, summary.metrics_document(table))
     with pl.Config(tbl_rows=100, tbl_width_chars=160):
         print(stages.drop("metrics", "ideal", "nadir"))
         print(table)
+        print(comparisons["friedman"])
 
 
 def register(add: Add) -> None:

@@ -80,14 +80,18 @@ from botorch.acquisition.objective import GenericMCObjective, ScalarizedPosterio
 from botorch.exceptions.errors import ModelFittingError
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
+from botorch.models.model import Model
 from botorch.models.transforms.outcome import Standardize
+from botorch.posteriors.gpytorch import GPyTorchPosterior
 from botorch.sampling.normal import SobolQMCNormalSampler
 from botorch.utils.multi_objective.box_decompositions.non_dominated import (
     FastNondominatedPartitioning,
 )
 from botorch.utils.multi_objective.scalarization import get_chebyshev_scalarization
 from botorch.utils.sampling import sample_simplex
+from gpytorch.distributions import MultitaskMultivariateNormal
 from gpytorch.mlls import ExactMarginalLogLikelihood
+from linear_operator.operators import DiagLinearOperator
 
 from ...space import Arch
 from ..evaluator import Evaluator
@@ -132,6 +136,46 @@ def _scores(acquisition: AcquisitionFunction, candidates: torch.Tensor) -> np.nd
     return np.where(np.isnan(scores), -np.inf, scores)
 
 
+class Marginals(Model):
+    """A GP's posterior at a batch of single points (..., 1, d), computed as one joint
+    posterior of all the points of which only the marginals (means and variances) are kept.
+
+    An analytic acquisition of q = 1 reads nothing else of the posterior, so it scores the
+    same; but GPyTorch computes a batch of N single-point posteriors as N small products,
+    ~20x slower than the N-point posterior (0.21 s against 0.01 s for 400 candidates at 190
+    observations, 27 genes, one thread)."""
+
+    def __init__(self, model: SingleTaskGP, chunk: int = 1024):
+        super().__init__()
+        self.model, self.chunk = model, chunk
+
+    @property
+    def num_outputs(self) -> int:
+        return self.model.num_outputs
+
+    @property
+    def batch_shape(self) -> torch.Size:
+        return self.model.batch_shape
+
+    def posterior(self, X: torch.Tensor, output_indices: list[int] | None = None,
+                  observation_noise: bool | torch.Tensor = False,
+                  posterior_transform: Any = None, **kwargs: Any) -> Any:
+        if X.shape[-2] != 1 or output_indices is not None or observation_noise is not False:
+            raise ValueError("Marginals serves posteriors of single points (q = 1) only")
+        flat = X.reshape(-1, X.shape[-1])
+        means, variances = [], []
+        for i in range(0, len(flat), self.chunk):
+            joint = self.model.posterior(flat[i:i + self.chunk])
+            means.append(joint.mean)
+            variances.append(joint.variance)
+        m = self.num_outputs
+        mean = torch.cat(means).reshape(*X.shape[:-2], 1, m)
+        variance = torch.cat(variances).reshape(*X.shape[:-2], m)
+        posterior = GPyTorchPosterior(MultitaskMultivariateNormal(
+            mean, DiagLinearOperator(variance)))
+        return posterior if posterior_transform is None else posterior_transform(posterior)
+
+
 def _weights(m: int, seed: int) -> torch.Tensor:
     """Weights drawn uniformly from the (m-1)-simplex."""
     return sample_simplex(m, n=1, seed=seed, dtype=DTYPE)[0]
@@ -159,7 +203,7 @@ def _linear(model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor, seed: int,
     """Analytic LogEI of the weighted sum with random simplex weights."""
     weights = _weights(Y.shape[-1], seed)
     acquisition = LogExpectedImprovement(
-        model, best_f=(Y @ weights).max(),
+        Marginals(model), best_f=(Y @ weights).max(),
         posterior_transform=ScalarizedPosteriorTransform(weights))
     return lambda candidates: _scores(acquisition, candidates)
 
@@ -174,7 +218,7 @@ def _hypervolume(model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor, seed: in
     # of the front serves (its own examples pass a FastNondominatedPartitioning)
     try:
         screen = ExpectedHypervolumeImprovement(
-            model, ref_point=ref_point.tolist(),
+            Marginals(model), ref_point=ref_point.tolist(),
             partitioning=partitioning)  # type: ignore[arg-type]
     except ValueError:  # no observed point better than the reference point: no screening
         screen = None
