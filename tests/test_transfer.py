@@ -16,7 +16,6 @@ from hwgptbench.figures.transfer import transfer_quality, transfer_table
 from hwgptbench.predictors.features import analytic_counts
 from hwgptbench.predictors.quality import fold_indices
 from hwgptbench.space import Arch, SearchSpace
-from hwgptbench.transfer import TransferError
 from hwgptbench.transfer.adapt import adapt_device
 from hwgptbench.transfer.evaluate import (
     Case,
@@ -32,7 +31,7 @@ from hwgptbench.transfer.evaluate import (
 from hwgptbench.transfer.methods import make_method
 from hwgptbench.transfer.selection import SelectionError, select
 from hwgptbench.transfer.sources import condition_features, cross_fitted
-from hwgptbench.transfer.targets import Profiles, long_table
+from hwgptbench.transfer.targets import Profiles, TransferError, long_table
 
 CONFIG = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
 SPACE = SearchSpace.from_dict("tiny", CONFIG["spaces"]["tiny"])

@@ -9,19 +9,3 @@ other projects' public data: :mod:`.external` (loaders: HELP's FBNet files, HAT'
 this project's device tables, as feature vectors) and :mod:`.fewshot` (methods on any feature
 vectors and the evaluation of those data sets' splits).
 """
-
-from ..lazy import lazy_exports
-
-__getattr__ = lazy_exports(__name__, {
-    "BASELINES": "evaluate",
-    "METHODS": "methods",
-    "SELECTIONS": "selection",
-    "SelectionError": "selection",
-    "Target": "targets",
-    "TransferError": "targets",
-    "UPPER_BOUND": "evaluate",
-    "retest": "evaluate",
-    "summarize": "evaluate",
-})
-__all__ = ["BASELINES", "METHODS", "SELECTIONS", "SelectionError", "Target", "TransferError",
-           "UPPER_BOUND", "retest", "summarize"]
