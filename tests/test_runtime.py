@@ -38,7 +38,7 @@ SPACE = SearchSpace.from_dict("small", {
     "bias": [True, False], "head_size": 8, "block_size": 48, "rotary_fraction": 0.5})
 VOCAB = 97
 CPU = torch.device("cpu")
-FAST = {"n_archs": 6, "batch_size": 1, "seq_len": 16, "gen_len": 8,
+FAST = {"n_archs": 4, "batch_size": 1, "seq_len": 16, "gen_len": 8,
         "workloads": ["prefill", "decode", "train_step"], "dtypes": ["fp32", "bf16"],
         "options": {"attention": ["math", "efficient"], "quant": ["int8"], "compile": [],
                     "recompute": [True]},

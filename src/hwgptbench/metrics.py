@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .errors import UserError
+
 if TYPE_CHECKING:
     import polars as pl
 
@@ -34,8 +36,8 @@ PERPLEXITY = "perplexity"  # the one metric that does not depend on the device
 Meter = Callable[[Any, Callable[[], Any], Any], Mapping[str, Any]]
 
 
-class MetricError(ValueError):
-    """A metric declared twice, or a meter that cannot be found."""
+class MetricError(UserError, ValueError):
+    """A metric declared twice or without its columns, or a meter that cannot be found."""
 
 
 @dataclass(frozen=True)

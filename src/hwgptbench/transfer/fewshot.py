@@ -229,7 +229,8 @@ def table_prior_cv(p: Problem, chosen: np.ndarray, z: np.ndarray) -> Fit:
     taus = TAUS if p.priors["log"].tie is not None else (0.0,)
     fits = [table_prior(p, chosen, z, scale, tau, noise) for scale, tau, noise in
             itertools.product(("log", "relative"), taus, NOISE_FACTORS)]
-    return min(fits, key=lambda f: float(np.mean(np.square(f.loo))))
+    return min(fits, key=lambda f: (float(np.mean(np.square(f.loo))) if f.loo is not None
+                                    else np.inf))
 
 
 def _ridge(D: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
