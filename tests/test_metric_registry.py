@@ -1,5 +1,6 @@
-"""A hardware metric declared once in hwgptbench.metrics reaches the measurement table, the
-params schema, the surrogate targets, the quality table and the figures' labels."""
+"""Declared once: a hardware metric in hwgptbench.metrics reaches the measurement table, the
+params schema, the surrogate targets, the quality table and the figures' labels; a search
+algorithm in hwgptbench.moo.algorithms, with its options, is what the params schema accepts."""
 
 from __future__ import annotations
 
@@ -108,3 +109,27 @@ def test_a_metric_is_declared_once() -> None:
     with pytest.raises(MetricError, match="not found"):
         Metric("lost_ms", "ms", "lost", "r", {}, measure="hwgptbench.meters:nothing").meter()
     assert "toy_weights_kb" not in METRICS
+
+
+def test_a_search_algorithm_is_declared_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An algorithm and its options schema declared in moo.algorithms are what params accept."""
+    from hwgptbench.moo import algorithms
+
+    toy = algorithms.Algorithm("local_search", "local_search", "toy")
+    monkeypatch.setitem(algorithms.ALGORITHMS, "toy", toy)
+    monkeypatch.setitem(algorithms.OPTIONS, "toy", {
+        "type": "object", "additionalProperties": False,
+        "properties": {"initial": {"type": "integer", "minimum": 1}}})
+    doc = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    doc["search"]["algorithms"] = ["nsga2", "toy"]
+    doc["search"]["options"]["toy"] = {"initial": 3}
+    params.validate(copy.deepcopy(doc))
+    assert algorithms.get_algorithm("toy") is algorithms.get_algorithm("ls")
+    assert algorithms.options_of("toy", doc["search"]["options"]) == {"initial": 3}
+    doc["search"]["options"]["toy"] = {"initial": 0}
+    with pytest.raises(params.ParamsError, match=r"search\.options\.toy\.initial: 0"):
+        params.validate(doc)
+    monkeypatch.delitem(algorithms.ALGORITHMS, "toy")
+    doc["search"]["options"]["toy"] = {"initial": 3}
+    with pytest.raises(params.ParamsError, match=r"search\.algorithms\.1: 'toy'"):
+        params.validate(doc)

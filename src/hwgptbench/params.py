@@ -38,13 +38,20 @@ def schema_file() -> dict[str, Any]:
 
 def schema() -> dict[str, Any]:
     """The params schema shipped with the package, its metric enums those of the registry
-    (:data:`hwgptbench.metrics.METRICS`)."""
+    (:data:`hwgptbench.metrics.METRICS`) and its search algorithms and their options those of
+    :mod:`hwgptbench.moo.algorithms`."""
+    from .moo.algorithms import ALGORITHMS, OPTIONS
+
     full = schema_file()
     metrics = hardware_metrics()
     defs = {**full["$defs"],
             "hardware_metric": {**full["$defs"]["hardware_metric"], "enum": metrics},
-            "objective": {**full["$defs"]["objective"], "enum": [PERPLEXITY, *metrics]}}
-    return {**full, "$defs": defs}
+            "objective": {**full["$defs"]["objective"], "enum": [PERPLEXITY, *metrics]},
+            "search_algorithm": {**full["$defs"]["search_algorithm"], "enum": list(ALGORITHMS)}}
+    search = full["properties"]["search"]
+    options = {**search["properties"]["options"], "properties": OPTIONS}
+    search = {**search, "properties": {**search["properties"], "options": options}}
+    return {**full, "$defs": defs, "properties": {**full["properties"], "search": search}}
 
 
 def _field(path: Any) -> str:
