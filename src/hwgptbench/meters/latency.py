@@ -135,17 +135,23 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure_latency(fn: Callable[[], Any], device: torch.device, *, warmup: int,
-                    min_repeats: int, max_repeats: int, target_rel_ci: float = 0.02,
-                    max_seconds: float, estimator: str = "median") -> dict[str, Any]:
-    """Latency statistics of fn on device (see the module docstring for the stopping rule and
-    the estimators)."""
+def _timer(device: torch.device | str, min_repeats: int, max_repeats: int, estimator: str
+           ) -> tuple[torch.device, Callable[..., Any]]:
+    """The device and its timer, once the repeat bounds and the estimator are checked."""
     if not 2 <= min_repeats <= max_repeats:
         raise ValueError(f"need 2 <= min_repeats <= max_repeats, got {min_repeats}, "
                          f"{max_repeats}")
     check_estimator(estimator)
     device = torch.device(device)
-    times = _cuda_times_ms if device.type == "cuda" else _cpu_times_ms
+    return device, _cuda_times_ms if device.type == "cuda" else _cpu_times_ms
+
+
+def measure_latency(fn: Callable[[], Any], device: torch.device, *, warmup: int,
+                    min_repeats: int, max_repeats: int, target_rel_ci: float = 0.02,
+                    max_seconds: float, estimator: str = "median") -> dict[str, Any]:
+    """Latency statistics of fn on device (see the module docstring for the stopping rule and
+    the estimators)."""
+    device, times = _timer(device, min_repeats, max_repeats, estimator)
     with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
         for _ in range(warmup):
             fn()
@@ -246,12 +252,7 @@ def measure_latency_interleaved(fns: Sequence[Callable[[], Any]], device: torch.
     all callables get the same count. A callable that runs out of memory raises
     :class:`CallFailed` with its index.
     """
-    if not 2 <= min_repeats <= max_repeats:
-        raise ValueError(f"need 2 <= min_repeats <= max_repeats, got {min_repeats}, "
-                         f"{max_repeats}")
-    check_estimator(estimator)
-    device = torch.device(device)
-    times = _cuda_times_ms if device.type == "cuda" else _cpu_times_ms
+    device, times = _timer(device, min_repeats, max_repeats, estimator)
     rng = np.random.default_rng(seed)
     cycles: list[list[list[tuple[float, float]]]] = []
     with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
