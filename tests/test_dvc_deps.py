@@ -133,16 +133,14 @@ def _bound_modules(module: str, nodes: Iterable[ast.AST]) -> dict[str, str]:
 
 
 @cache
-def handler_modules(subcommand: str) -> frozenset[str]:
-    """The package modules a CLI subcommand runs: its handler's module-level imports, the
-    imports of the handler and of the functions it calls (in its module, or in a registry or
-    stage module through ``module.function(...)``), and their closure."""
+def handler_functions(subcommand: str) -> frozenset[tuple[str, str]]:
+    """The (module, function) pairs a CLI subcommand runs: its handler and the functions it
+    calls, in its module or in a registry or stage module through ``module.function(...)``."""
     parser = cli.build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     func = commands.choices[subcommand].get_default("func")
     visited: set[tuple[str, str]] = set()
     todo = [(func.__module__, func.__name__)]
-    direct: set[str] = set()
     while todo:
         module, name = todo.pop()
         tree = _tree(module)
@@ -150,9 +148,7 @@ def handler_modules(subcommand: str) -> frozenset[str]:
         if (module, name) in visited or name not in functions:
             continue
         visited.add((module, name))
-        body_level = _top_level(tree)
-        direct |= imports_in(module, body_level + [functions[name]])
-        bound = _bound_modules(module, body_level + [functions[name]])
+        bound = _bound_modules(module, _top_level(tree) + [functions[name]])
         for call in ast.walk(functions[name]):
             if not isinstance(call, ast.Call):
                 continue
@@ -161,8 +157,41 @@ def handler_modules(subcommand: str) -> frozenset[str]:
             elif (isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
                   and bound.get(call.func.value.id) in REGISTRIES):
                 todo.append((bound[call.func.value.id], call.func.attr))
-    followed = {module for module, _ in visited}
+    return frozenset(visited)
+
+
+def _function(module: str, name: str) -> ast.FunctionDef:
+    return next(n for n in _tree(module).body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+@cache
+def handler_modules(subcommand: str) -> frozenset[str]:
+    """The package modules a CLI subcommand runs: the module-level imports of the modules of
+    :func:`handler_functions`, the imports inside those functions, and their closure."""
+    direct: set[str] = set()
+    for module, name in handler_functions(subcommand):
+        direct |= imports_in(module, [*_top_level(_tree(module)), _function(module, name)])
+    followed = {module for module, _ in handler_functions(subcommand)}
     return frozenset(followed | closure(direct - followed))
+
+
+@cache
+def handler_reads(subcommand: str) -> frozenset[str]:
+    """The params sections (``compress.X`` entries for the compress commands) a subcommand
+    loads: the literal section lists of the ``load(args, [...])`` and ``merge_files(..., [...])``
+    calls in the functions it runs."""
+    from hwgptbench.compress.commands import READS
+
+    sections: set[str] = set()
+    for module, name in handler_functions(subcommand):
+        for call in ast.walk(_function(module, name)):
+            if (isinstance(call, ast.Call) and len(call.args) == 2
+                    and getattr(call.func, "id", getattr(call.func, "attr", None))
+                    in ("load", "merge_files") and isinstance(call.args[1], ast.List)):
+                sections |= {e.value for e in call.args[1].elts if isinstance(e, ast.Constant)}
+    if subcommand in READS:
+        sections = (sections - {"compress"}) | {f"compress.{e}" for e in READS[subcommand]}
+    return frozenset(sections)
 
 
 def stage_modules(text: str) -> set[str]:
@@ -309,6 +338,37 @@ def problems(stage: Stage, stages: list[Stage], jobs: list[Job]) -> list[str]:
     return found + [f"stage {stage.name}: reads params {section}; add `- {section}` to its "
                     "params in dvc.yaml" for section in sorted(set(PARAMS_FILE.findall(text)))
                     if not any(section == p or section.startswith(p + ".") for p in declared)]
+
+
+def params_problems(job: Job) -> list[str]:
+    """Where a job's params files (``results/.params/{section}.json`` inputs) and the sections
+    its subcommands load disagree: a section loaded but not passed, or passed but not read."""
+    passed = set(PARAMS_FILE.findall(" ".join(job.inputs)))
+    reads: set[str] = set()
+    for subcommand in set(SUBCOMMAND.findall(job.shell)):
+        reads |= handler_reads(subcommand)
+    if not reads:
+        return []
+    found = [f"rule {job.rule}: its command reads params {s}; add its file to the rule's params "
+             "inputs" for s in sorted(reads)
+             if not any(p == s or p.startswith(s + ".") for p in passed)]
+    return found + [f"rule {job.rule}: passes params {p}, which its command never reads; "
+                    "remove it" for p in sorted(passed)
+                    if not any(p == s or p.startswith(s + ".") for s in reads)]
+
+
+@pytest.mark.e2e
+def test_every_rule_passes_the_params_its_command_reads(jobs: list[Job]) -> None:
+    """What each rule gives its command (its params inputs) is what the command's code loads,
+    derived from the code, so neither list is kept by hand."""
+    found = sorted({problem for job in jobs for problem in params_problems(job)})
+    assert not found, "\n".join(found)
+    dense = next(j for j in jobs if j.rule == "compress_dense")
+    short = Job(dense.rule, [i for i in dense.inputs if "allow_pickle_weights" not in i],
+                dense.outputs, dense.shell)
+    assert params_problems(short) == [
+        "rule compress_dense: its command reads params compress.allow_pickle_weights; add its "
+        "file to the rule's params inputs"]
 
 
 @pytest.mark.e2e

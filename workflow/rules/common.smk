@@ -126,7 +126,7 @@ def corpus_files(corpus):
 def search_inputs(wildcards):
     """Params and the surrogates a search of (scale, device) reads."""
     return {
-        "params": [PARAMS["search"], PARAMS["surrogate"], PARAMS[f"spaces.{wildcards.scale}"]],
+        "params": [PARAMS["search"], PARAMS["surrogate"]],  # the space: the surrogates'
         "perplexity": rules.surrogates_perplexity.output[0].format(scale=wildcards.scale),
         "device": rules.surrogates_device.output[0].format(scale=wildcards.scale,
                                                            device=wildcards.device),
