@@ -1,6 +1,6 @@
 """Declared once: a hardware metric in hwgptbench.metrics reaches the measurement table, the
 params schema, the surrogate targets, the quality table and the figures' labels; a search
-algorithm in hwgptbench.moo.algorithms, with its options, is what the params schema accepts."""
+algorithm in hwgptbench.search_algorithms, with its options, is what the params schema accepts."""
 
 from __future__ import annotations
 
@@ -112,12 +112,14 @@ def test_a_metric_is_declared_once() -> None:
 
 
 def test_a_search_algorithm_is_declared_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An algorithm and its options schema declared in moo.algorithms are what params accept."""
+    """An algorithm and its options schema declared in search_algorithms are what params
+    accept, and what the search runs."""
+    from hwgptbench import search_algorithms as declared
     from hwgptbench.moo import algorithms
 
-    toy = algorithms.Algorithm("local_search", "local_search", "toy")
-    monkeypatch.setitem(algorithms.ALGORITHMS, "toy", toy)
-    monkeypatch.setitem(algorithms.OPTIONS, "toy", {
+    toy = declared.Algorithm("local_search", "local_search", "toy")
+    monkeypatch.setitem(declared.ALGORITHMS, "toy", toy)
+    monkeypatch.setitem(declared.OPTIONS, "toy", {
         "type": "object", "additionalProperties": False,
         "properties": {"initial": {"type": "integer", "minimum": 1}}})
     doc = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
@@ -129,7 +131,7 @@ def test_a_search_algorithm_is_declared_once(monkeypatch: pytest.MonkeyPatch) ->
     doc["search"]["options"]["toy"] = {"initial": 0}
     with pytest.raises(params.ParamsError, match=r"search\.options\.toy\.initial: 0"):
         params.validate(doc)
-    monkeypatch.delitem(algorithms.ALGORITHMS, "toy")
+    monkeypatch.delitem(declared.ALGORITHMS, "toy")
     doc["search"]["options"]["toy"] = {"initial": 3}
     with pytest.raises(params.ParamsError, match=r"search\.algorithms\.1: 'toy'"):
         params.validate(doc)

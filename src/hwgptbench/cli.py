@@ -41,8 +41,8 @@ COMMANDS: dict[str, str] = {
                      "compress-figures", "compress-finetune-methods", "compress-seed"),
                     "compress.commands"),
     **dict.fromkeys(("export", "export-pareto", "evaluate"), "export.commands"),
-    "ship-tables": "published.commands",
-    **dict.fromkeys(("query", "publish-device", "pull", "unlock-stale"), "commands"),
+    **dict.fromkeys(("query", "publish-device", "pull", "unlock-stale", "ship-tables"),
+                    "commands"),
 }
 
 

@@ -1,16 +1,18 @@
 """The subcommands of no single stage: ``query`` the benchmark, ``publish-device`` and
-``pull`` results through the DVC remote, ``unlock-stale`` after an interrupted run."""
+``pull`` results through the DVC remote, ``unlock-stale`` after an interrupted run,
+``ship-tables`` into the package's shipped set."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import subprocess
 from pathlib import Path
 
 import polars as pl
 
 from .io import check_output_file, write_parquet
-from .options import Add, load, scale_and_results
+from .options import Add, load, scale_and_results, space_of
 from .space import Arch, InvalidArchError
 
 log = logging.getLogger("hwgptbench")
@@ -93,6 +95,31 @@ def cmd_unlock_stale(args: argparse.Namespace) -> None:
     clear_stale_locks(Path(args.project))
 
 
+def head_commit() -> str | None:
+    """The commit checked out in the working directory's git repository, if any."""
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return done.stdout.strip()
+
+
+def cmd_ship(args: argparse.Namespace) -> None:
+    """Ship a scale's perplexity table and device tables with the package
+    (src/hwgptbench/published/), checksummed in its manifest."""
+    from .published import FOLDER, ship
+
+    config = load(args, ["spaces", "perplexity"])
+    vocab = args.vocab_size or config["perplexity"]["hwgptbench"]["vocab_size"]
+    record = ship(args.scale, space_of(config, args.scale), vocab, args.perplexity,
+                  args.device or [], args.folder or FOLDER, args.replace_devices,
+                  args.measured_by or head_commit())
+    devices = ", ".join(f"{k} ({v['rows']} rows)" for k, v in record["devices"].items())
+    log.info("shipped %s: perplexity %d rows; devices: %s", args.scale,
+             record["perplexity"]["rows"], devices or "none")
+
+
 def register(add: Add) -> None:
     """Add the subcommands through the CLI's ``add``."""
     command = add("query", cmd_query, params=False)
@@ -138,3 +165,19 @@ def register(add: Add) -> None:
                                                 "$AWS_ENDPOINT_URL)")
     command = add("unlock-stale", cmd_unlock_stale, params=False)
     command.add_argument("--project", default=".", help="project folder (default: .)")
+    command = add("ship-tables", cmd_ship)
+    command.add_argument("--scale", required=True, help="search space of the tables")
+    command.add_argument("--perplexity", help="perplexity table to ship, as hwgptbench "
+                                              "import-perplexity writes it (default: keep "
+                                              "the shipped one)")
+    command.add_argument("--device", action="append", help="device table to ship, as the "
+                                                           "measure stage writes it "
+                                                           "(results/{scale}/measure/{label}"
+                                                           ".parquet); repeatable")
+    command.add_argument("--replace-devices", action="store_true",
+                         help="drop the shipped devices not given with --device")
+    command.add_argument("--vocab-size", type=int, help="vocabulary of the networks (default: "
+                                                        "perplexity.hwgptbench.vocab_size)")
+    command.add_argument("--folder", help="the shipped tables' folder (default: the package's)")
+    command.add_argument("--measured-by", help="commit of the code that measured the device "
+                                               "tables (default: the checked-out commit)")

@@ -40,7 +40,7 @@ def schema() -> dict[str, Any]:
     """The params schema shipped with the package, its metric enums those of the registry
     (:data:`hwgptbench.metrics.METRICS`) and its search algorithms and their options those of
     :mod:`hwgptbench.moo.algorithms`."""
-    from .moo.algorithms import ALGORITHMS, OPTIONS
+    from .search_algorithms import ALGORITHMS, OPTIONS
 
     full = schema_file()
     metrics = hardware_metrics()

@@ -104,7 +104,7 @@ def register(add: Add) -> None:
                              help="device label of the hardware metrics")
         command.add_argument("--out", required=True, help="output folder")
     command.add_argument("--algorithm", required=True,
-                         type=one_of("hwgptbench.moo.algorithms", "ALGORITHMS"),
+                         type=one_of("hwgptbench.search_algorithms", "ALGORITHMS"),
                          help="search algorithm (docs/search.md)")
     command.add_argument("--reference", required=True, help="folder of search-reference")
     command.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
