@@ -7,7 +7,7 @@ from each offspring population. A population with no new offspring restarts the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pymoo.algorithms.moo.nsga2 import NSGA2
@@ -20,8 +20,10 @@ from pymoo.operators.repair.rounding import RoundingRepair
 from pymoo.operators.sampling.rnd import IntegerRandomSampling
 from pymoo.problems.static import StaticProblem
 
-from ..evaluator import Evaluator
 from ..genome import Genome
+
+if TYPE_CHECKING:  # the evaluator's module imports the reference front, which runs NSGA-II
+    from ..evaluator import Evaluator
 
 
 def make_nsga2(problem: Problem, options: dict[str, Any], seed: int) -> NSGA2:
