@@ -80,7 +80,9 @@ def _job(out: str, objectives: str, algorithm: str, config: dict[str, Any]) -> d
 
 def runs(args: argparse.Namespace) -> None:
     config = _config(args)
-    jobs = [(objectives, algorithm) for algorithm in config["algorithms"]
+    if args.seeds is not None:
+        config["seeds"] = args.seeds
+    jobs = [(objectives, algorithm) for algorithm in (args.algorithms or config["algorithms"])
             for objectives in (args.objectives or config["objectives"])]
     # the longest (BO) first, so that the pool's two workers end together
     jobs.sort(key=lambda j: j[1] not in ("rsbo", "ehvi", "lsbo"))
@@ -97,7 +99,8 @@ def runs(args: argparse.Namespace) -> None:
               "cpu_s": (end.children_user + end.children_system)
               - (cpu.children_user + cpu.children_system),
               "budget": config["budget"], "seeds": config["seeds"]}
-    name = "timing.json" if not args.objectives else f"timing-{'-'.join(args.objectives)}.json"
+    parts = [*(args.objectives or []), *(args.algorithms or [])]
+    name = f"timing-{'-'.join(parts)}.json" if parts else "timing.json"
     Path(args.out, name).write_text(json.dumps(timing, indent=2))
     print(f"all {len(jobs)} jobs: {timing['wall_s']:.1f} s wall on {args.jobs} workers, "
           f"{timing['cpu_s']:.1f} CPU s")
@@ -114,8 +117,12 @@ def summary(args: argparse.Namespace) -> None:
     config = _config(args)
     out = Path(args.out)
     folders = [out / "runs" / o / a for o in config["objectives"] for a in config["algorithms"]]
+    missing = [str(f) for f in folders if not f.is_dir()]
+    if missing:
+        print("not run (left out of the summary):", ", ".join(missing))
+    folders = [f for f in folders if f.is_dir()]
     references = [(load_reference(out / "reference" / o), load_front(out / "reference" / o))
-                  for o in config["objectives"]]
+                  for o in config["objectives"] if (out / "reference" / o).is_dir()]
     scored, stages, _ = final_fronts(moo_summary.read_runs(folders), references,
                                      config["objective_sets"])
     final = moo_summary.final_runs(scored)
@@ -151,6 +158,10 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="jobs at a time (runs)")
     parser.add_argument("--objectives", nargs="*", default=None,
                         help="runs: these objective sets only (default: the params')")
+    parser.add_argument("--algorithms", nargs="*", default=None,
+                        help="runs: these algorithms only (default: the params')")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="runs: seeds 0 .. N-1 (default: the params' search.seeds)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     {"reference": reference, "runs": runs, "summary": summary}[args.step](args)

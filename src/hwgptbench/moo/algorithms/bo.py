@@ -259,10 +259,24 @@ class _Loop:
         self.features: list[np.ndarray] = []
         self.values: list[np.ndarray] = []
         self.hyperparameters: dict[str, torch.Tensor] | None = None
+        # the non-dominated archs change little from one suggestion to the next: their
+        # neighbours and the neighbours' genes are built once (the pool is the same; building
+        # and validating ~50 archs per front arch and suggestion was most of a suggestion)
+        self._neighbours: dict[str, list[Arch]] = {}
+        self._genes: dict[str, np.ndarray] = {}
 
     def encode(self, archs: list[Arch]) -> np.ndarray:
-        genes = np.array([self.genome.encode(a) for a in archs], dtype=float)
+        genes = np.array([self._genes[a.id] if a.id in self._genes else self.genome.encode(a)
+                          for a in archs], dtype=float)
         return genes.reshape(len(archs), self.genome.size) / self.scale
+
+    def neighbours(self, arch: Arch) -> list[Arch]:
+        """The one-gene neighbours of arch (:meth:`Genome.neighbours`), built once."""
+        if arch.id not in self._neighbours:
+            found = self._neighbours[arch.id] = self.genome.neighbours(arch)
+            for other in found:
+                self._genes.setdefault(other.id, self.genome.encode(other))
+        return self._neighbours[arch.id]
 
     def observe(self, archs: list[Arch]) -> None:
         """Evaluate archs (the Evaluator may end the run here) and record them."""
@@ -297,7 +311,7 @@ class _Loop:
             values = self.observed()
             finite = np.flatnonzero(np.isfinite(values).all(axis=1))
             for i in finite[pareto_mask(values[finite])]:
-                for arch in self.genome.neighbours(self.archs[i]):
+                for arch in self.neighbours(self.archs[i]):
                     if arch.id not in self.seen:
                         found.setdefault(arch.id, arch)
         return list(found.values())
