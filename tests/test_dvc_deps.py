@@ -63,7 +63,8 @@ def _resolved(module: str, node: ast.Import | ast.ImportFrom) -> set[str]:
             base = ".".join(parts + ([node.module] if node.module else []))
         else:
             base = node.module or ""
-        names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        exports = lazy_exports_of(base)
+        names = [base] + [f"{base}.{exports.get(alias.name, alias.name)}" for alias in node.names]
     found = set()
     for name in names:
         parts = name.split(".")
@@ -72,6 +73,22 @@ def _resolved(module: str, node: ast.Import | ast.ImportFrom) -> set[str]:
         found |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)
                   if module_file(".".join(parts[:i]))}
     return found
+
+
+@cache
+def lazy_exports_of(package: str) -> dict[str, str]:
+    """The ``lazy_exports`` map of a package (name -> its submodule), empty for other modules:
+    ``from package import name`` loads that submodule when the name is used."""
+    path = module_file(package)
+    if path is None or path.name != "__init__.py":
+        return {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "lazy_exports"
+                and len(node.args) == 2 and isinstance(node.args[1], ast.Dict)):
+            return {k.value: v.value for k, v in zip(node.args[1].keys, node.args[1].values,
+                                                     strict=True)
+                    if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)}
+    return {}
 
 
 def _typing_only(node: ast.AST) -> bool:
@@ -111,7 +128,24 @@ def closure(modules: set[str]) -> set[str]:
         if path is not None:
             tree = ast.parse(path.read_text(encoding="utf-8"))
             todo += imports_in(module, _top_level(tree) if module in REGISTRIES else [tree])
+            todo += dynamic_imports(module, tree)
     return seen
+
+
+def dynamic_imports(module: str, tree: ast.Module) -> set[str]:
+    """Package modules a module may load by name rather than by an import statement: every
+    submodule of a package that imports ``f"{__name__}.{...}"`` (the search algorithms).
+    tests/test_workflow.py checks the closure against the modules the workflow's commands
+    really load (their import traces)."""
+    found: set[str] = set()
+    is_package = module_file(module).name == "__init__.py"  # type: ignore[union-attr]
+    for node in ast.walk(tree):
+        if (is_package and isinstance(node, ast.JoinedStr) and node.values
+                and isinstance(node.values[0], ast.FormattedValue)
+                and getattr(node.values[0].value, "id", None) == "__name__"):
+            folder = module_file(module).parent  # type: ignore[union-attr]
+            found |= {f"{module}.{p.stem}" for p in folder.glob("*.py") if p.stem != "__init__"}
+    return found
 
 
 @cache

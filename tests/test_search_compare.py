@@ -133,3 +133,15 @@ def test_comparison_figures_and_tables(tmp_path: Path) -> None:
     assert ranked["critical_difference"].n_unique() == 1
     pairs = figures.pairwise_table(tables["pairwise"])
     assert pairs["p_holm"].is_sorted()
+
+
+
+def test_equal_attainment_gives_no_rectangles(runs: pl.DataFrame) -> None:
+    """The two best algorithms with the same points (as a tiny run can give) differ nowhere:
+    no rectangles, and no error from moocore's empty difference."""
+    twin = runs.filter(pl.col("algorithm") == "ehvi").with_columns(algorithm=pl.lit("twin"))
+    both = pl.concat([runs.filter(pl.col("algorithm") != "rsbo"), twin])
+    _, ranks, _ = compare.rank_tests(final_runs(both))
+    assert set(compare.best_two(ranks, "ppl-latency", "cpu")) == {"ehvi", "twin"}
+    metrics = {"ppl-latency": ["perplexity", "latency_ms"]}
+    assert compare.eaf_differences(both, ranks, metrics).is_empty()

@@ -14,7 +14,8 @@ import polars as pl
 import pytest
 import yaml
 
-from conftest import make_project, run, set_param, use_test_params
+from conftest import make_project, run, set_param, tool_env, use_test_params
+from hwgptbench.cli import TRACE_ENV
 
 pytestmark = pytest.mark.e2e  # spawns snakemake or dvc
 
@@ -47,7 +48,9 @@ def pushed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = make_project(tmp_path_factory.mktemp("e2e"))
     use_test_params(repo)
     run(["git", "commit", "-qam", "test params"], repo)
-    run(["dvc", "repro"], repo)
+    traces = repo.parent / "import-traces"  # what each command of the run loaded
+    traces.mkdir()
+    run(["dvc", "repro"], repo, env=tool_env() | {TRACE_ENV: str(traces)})
     assert (repo / "results" / "tiny" / "supernet" / "supernet-step-2.pt").exists()
     assert set(pl.read_parquet(repo / "results" / "tiny" / "perplexity.parquet")["train_steps"]
                ) == {2, 3}
@@ -74,6 +77,22 @@ def pushed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run(["git", "add", "dvc.lock"], repo)
     run(["git", "commit", "-qm", "results"], repo)
     return repo
+
+
+def test_code_deps_cover_what_every_command_loaded(pushed: Path) -> None:
+    """The modules each command of the whole run really loaded (its import trace) are in the
+    code that tests/test_dvc_deps.py derives for it from the imports, from which dvc.yaml's
+    deps are checked: nothing a command loads escapes its stage's dependencies."""
+    from test_dvc_deps import PACKAGE, closure, handler_modules
+
+    traces = sorted((pushed.parent / "import-traces").glob("*.txt"))
+    commands = {path.stem.rsplit("-", 1)[0] for path in traces}
+    assert {"data", "train", "measure", "search", "figures", "compress-table"} <= commands
+    for path in traces:
+        command = path.stem.rsplit("-", 1)[0]
+        derived = handler_modules(command) | closure({f"{PACKAGE}.cli"})
+        missed = set(path.read_text().split()) - derived
+        assert not missed, f"{command} loaded {sorted(missed)}, which its derived code misses"
 
 
 def fresh_clone(source: Path, dest: Path, remote: Path | None = None) -> Path:

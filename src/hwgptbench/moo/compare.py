@@ -148,7 +148,12 @@ def eaf_differences(runs: pl.DataFrame, ranks: pl.DataFrame,
             _, index = np.unique(part["seed"].to_numpy(), return_inverse=True)
             sets.append(np.column_stack([part.select(names).to_numpy().astype(float),
                                          index + 1]))
-        rectangles = moocore.eafdiff(sets[0], sets[1], rectangles=True)
+        try:
+            rectangles = moocore.eafdiff(sets[0], sets[1], rectangles=True)
+        except ValueError as err:  # moocore cannot shape an empty difference: equal EAFs
+            if "reshape" not in str(err):
+                raise
+            continue
         rectangles = rectangles[rectangles[:, 4] != 0]
         parts.append(pl.DataFrame({
             "objectives": objectives, "device": device, "algorithm_a": pair[0],
