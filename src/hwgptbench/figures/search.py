@@ -151,8 +151,9 @@ def attainment_surfaces(attainment: pl.DataFrame, out_stem: PathLike,
 
 @styled
 def hypervolume_time(runs: pl.DataFrame, out_stem: PathLike, points: int = 200) -> list[Path]:
-    """Hypervolume regret (log) against the wall time each run had spent (log), mean over
-    seeds with a 95 % confidence band, one panel per (objectives, device): the comparison at
+    """Hypervolume regret (log) against the wall time each run had spent (log; before its
+    first evaluation a run's regret is the whole reference hypervolume), mean over seeds with
+    a 95 % confidence band, one panel per (objectives, device): the comparison at
     equal wall time, which charges each algorithm its own overhead (model fits, acquisition)
     besides the queries. Runs without ``elapsed_s`` are skipped."""
     if "elapsed_s" not in runs.columns or runs["elapsed_s"].is_null().all():
@@ -178,6 +179,7 @@ def hypervolume_time(runs: pl.DataFrame, out_stem: PathLike, points: int = 200) 
                 continue
             curves = np.vstack([step_values(s["elapsed_s"].to_numpy(),
                                             s["hv_regret"].to_numpy(), grid) for s in seeds])
+            curves = np.where(np.isnan(curves), best, curves)  # nothing found yet: all regret
             # after its last evaluation a run keeps its final regret (a step function)
             ends = np.array([s["elapsed_s"][-1] for s in seeds])
             finals = np.array([s["hv_regret"][-1] for s in seeds])
@@ -287,7 +289,8 @@ def eaf_difference(eafdiff: pl.DataFrame, out_stem: PathLike) -> list[Path]:
             box[:, 3] = np.where(np.isfinite(box[:, 3]), box[:, 3], top + y_pad)
             ax.add_collection(PatchCollection(
                 [Rectangle((x0, y0), x1 - x0, y1 - y0) for x0, y0, x1, y1 in box],
-                facecolors=cmap(side["difference"].abs().to_numpy()), edgecolors="none"))
+                facecolors=cmap(side["difference"].abs().to_numpy()), edgecolors="none",
+                rasterized=True))  # thousands of rectangles: an image inside the SVG
             ax.set_xlim(lows[:, 0].min() - x_pad, right + x_pad)
             ax.set_ylim(lows[:, 1].min() - y_pad, top + y_pad)
             ax.set_xlabel(metric_label(part["x_metric"][0]))
