@@ -265,10 +265,16 @@ def critical_difference(friedman: pl.DataFrame, ranks: pl.DataFrame,
 def eaf_difference(eafdiff: pl.DataFrame, out_stem: PathLike) -> list[Path]:
     """Where the two best algorithms differ: the regions that each attains in a larger share of
     its seeds than the other (left: the first algorithm better, right: the second), shaded by
-    the difference in the share of seeds, one row per 2-objective set and device."""
+    the difference in the share of seeds, one row per 2-objective set and device; a figure that
+    says so where there is no difference (the workflow's output exists either way)."""
     if eafdiff.is_empty():
-        log.info("eaf_difference: skipped, no EAF differences")
-        return []
+        log.info("eaf_difference: no EAF difference to draw")
+        fig = new_figure(DOUBLE_WIDTH, 1.2)
+        ax = fig.subplots()
+        ax.axis("off")
+        ax.text(0.5, 0.5, "no EAF difference: the two best algorithms attain the same regions, "
+                "or no 2-objective set has two algorithms", ha="center", va="center", wrap=True)
+        return save(fig, out_stem)
     panels = eafdiff.partition_by("objectives", "device", maintain_order=True, as_dict=True)
     fig = new_figure(DOUBLE_WIDTH, 2.7 * len(panels) + 0.3)
     axes = fig.subplots(len(panels), 2, squeeze=False)
