@@ -200,13 +200,15 @@ def _function(module: str, name: str) -> ast.FunctionDef:
 
 @cache
 def handler_modules(subcommand: str) -> frozenset[str]:
-    """The package modules a CLI subcommand runs: the module-level imports of the modules of
-    :func:`handler_functions`, the imports inside those functions, and their closure."""
+    """The package modules a CLI subcommand runs: the modules of :func:`handler_functions` and
+    their parent packages (imported first), the module-level imports of those modules, the
+    imports inside those functions, and their closure."""
     direct: set[str] = set()
     for module, name in handler_functions(subcommand):
         direct |= imports_in(module, [*_top_level(_tree(module)), _function(module, name)])
     followed = {module for module, _ in handler_functions(subcommand)}
-    return frozenset(followed | closure(direct - followed))
+    parents = {m.rsplit(".", i)[0] for m in followed for i in range(1, m.count(".") + 1)}
+    return frozenset(followed | closure((direct | parents) - followed))
 
 
 @cache
