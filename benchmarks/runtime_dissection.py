@@ -6,7 +6,8 @@ prompt, ``--gen`` generated tokens), then the train step in each parallel mode (
 rank per GPU, or ``--cpu-ranks`` gloo ranks without CUDA). Prints both tables and writes them
 as CSV under ``--out``.
 
-    python benchmarks/runtime_dissection.py --out /tmp/dissection [--scale s] [--dtype bf16]
+    python benchmarks/runtime_dissection.py --out /tmp/dissection [--scale s] [--dtype bf16] \
+        [--modes none ddp]
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import yaml
 
 from hwgptbench.meters.device import default_device
 from hwgptbench.meters.runner import Settings
-from hwgptbench.runtime.parallel import launch_parallel
+from hwgptbench.runtime.parallel import MODES, launch_parallel
 from hwgptbench.runtime.rows import measure_condition
 from hwgptbench.runtime.serving import serving_sweep
 from hwgptbench.runtime.stage import spread_archs
@@ -43,6 +44,8 @@ def main() -> None:
     parser.add_argument("--train-seq", type=int, default=256)
     parser.add_argument("--cpu-ranks", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=1.0, help="timing budget per arch")
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES,
+                        help="parallel modes of the train step (default: all)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     spaces = yaml.safe_load((ROOT / "params.yaml").read_text())["spaces"]
@@ -60,7 +63,7 @@ def main() -> None:
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=200):
         print(serving.select("arch_id", "params", "batch_size", "status", "ttft_ms", "tpot_ms",
                              "throughput_tokens_per_s", "memory_peak_mb_decode"))
-    tables = launch_parallel(space, archs[:2], args.vocab, dtypes=[args.dtype],
+    tables = launch_parallel(space, archs[:2], args.vocab, modes=args.modes, dtypes=[args.dtype],
                              batch_size=args.train_batch, seq_len=args.train_seq, repeats=5,
                              cpu_ranks=args.cpu_ranks)
     tables.runtime.write_csv(args.out / "parallel.csv")

@@ -6,6 +6,7 @@ events and errors shaped as a GPU run gives them. The same paths on a real GPU:
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -30,6 +31,7 @@ from hwgptbench.runtime.rows import measure_condition, runtime_conditions
 from hwgptbench.runtime.serving import serving_sweep
 from hwgptbench.tokens.shards import TokenShards
 from hwgptbench.training import train
+from hwgptbench.versions import library_versions
 from test_runtime import FAST, SPACE, VOCAB
 from test_train import CONFIG, SMALL_SPACE
 
@@ -223,3 +225,13 @@ def test_a_collective_kernel_is_counted_once() -> None:
                         annotation=True)
     assert parallel.collective_events([issued, projection, kernel], cuda=True) == [
         ("all_reduce", 10, 12)]
+
+
+def test_versions_name_the_build_that_ran(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CUDA build's metadata can say 2.11.0 where the module says 2.11.0+cu130: the loaded
+    module's version is recorded (a manifest's torch_version equals torch.__version__)."""
+    monkeypatch.setitem(sys.modules, "some_build", SimpleNamespace(__version__="2.11.0+cu130"))
+    versions = library_versions("torch", "some-build", "no-such-distribution")
+    assert versions["torch_version"] == torch.__version__
+    assert versions["some_build_version"] == "2.11.0+cu130"
+    assert versions["no_such_distribution_version"] == "not installed"

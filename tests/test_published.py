@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from hwgptbench.space import Arch, SearchSpace
 SOURCE = f"github.com/automl/HW-GPT-Bench@{REV}"
 ROWS = {"s": 10_000, "m": 5_245, "l": 429}
 GPU = "cuda-nvidia-h100-80gb-hbm3"
-GPU_ARCHS = {"s": 425, "m": 187, "l": 100}  # the H100 campaign's archs per scale
+GPU_ARCHS = {"s": 500, "m": 200, "l": 100}  # the H100 campaign's archs per scale
 
 
 def test_manifest_names_every_table_with_its_provenance() -> None:
@@ -58,7 +59,8 @@ def test_shipped_device_tables_are_measure_stage_tables() -> None:
             assert set(ok["arch_id"]) <= set(published.perplexity_table(scale)["arch_id"])
             record = published.entry(scale)["devices"][label]
             assert record["fingerprint"] == published.fingerprint_of(table)
-            assert len(record["measured_by"]) == 40  # the commit whose code measured it
+            commits = record["measured_by"].split(", ")  # whose code measured it
+            assert commits and all(re.fullmatch("[0-9a-f]{40}", c) for c in commits)
             assert record["default_condition"] == published.default_condition_of(table)
 
 

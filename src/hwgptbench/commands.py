@@ -114,7 +114,7 @@ def cmd_ship(args: argparse.Namespace) -> None:
     vocab = args.vocab_size or config["perplexity"]["hwgptbench"]["vocab_size"]
     record = ship(args.scale, space_of(config, args.scale), vocab, args.perplexity,
                   args.device or [], args.folder or FOLDER, args.replace_devices,
-                  args.measured_by or head_commit())
+                  ", ".join(args.measured_by) if args.measured_by else head_commit())
     devices = ", ".join(f"{k} ({v['rows']} rows)" for k, v in record["devices"].items())
     log.info("shipped %s: perplexity %d rows; devices: %s", args.scale,
              record["perplexity"]["rows"], devices or "none")
@@ -179,5 +179,7 @@ def register(add: Add) -> None:
     command.add_argument("--vocab-size", type=int, help="vocabulary of the networks (default: "
                                                         "perplexity.hwgptbench.vocab_size)")
     command.add_argument("--folder", help="the shipped tables' folder (default: the package's)")
-    command.add_argument("--measured-by", help="commit of the code that measured the device "
-                                               "tables (default: the checked-out commit)")
+    command.add_argument("--measured-by", action="append",
+                         help="commit of the code that measured the device tables; repeat it "
+                              "for a table measured in several campaigns (default: the "
+                              "checked-out commit)")
