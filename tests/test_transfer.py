@@ -12,7 +12,7 @@ import yaml
 
 from conftest import REPO_ROOT, make_project, run
 from hwgptbench import Benchmark, cli, params
-from hwgptbench.figures.transfer import transfer_quality, transfer_table
+from hwgptbench.figures.transfer import shipped_targets, transfer_quality, transfer_table
 from hwgptbench.predictors.features import analytic_counts
 from hwgptbench.predictors.quality import fold_indices
 from hwgptbench.space import Arch, SearchSpace
@@ -25,6 +25,8 @@ from hwgptbench.transfer.evaluate import (
     report,
     retest,
     scores,
+    shipped_per_target,
+    shipped_tables,
     source_indices,
     summarize,
 )
@@ -358,3 +360,70 @@ def test_every_condition_of_a_metric_is_adapted(measurements: pl.DataFrame,
         predicted = bench.query(bench.sample(20, seed=3), "latency_ms", device="new-gpu",
                                 condition=condition)
         assert (predicted["latency_ms"] > 0).all()
+
+
+def test_only_scales_shipping_two_devices_are_evaluated_across_devices() -> None:
+    """The workflow's tiny scale ships no table and m one device: nothing to evaluate across
+    devices (the stage runs as before); s ships the CPU and the H100."""
+    assert shipped_tables("tiny") == {} and shipped_tables("m") == {}
+    assert set(shipped_tables("s")) == {"cpu-amd-epyc-1t", "cuda-nvidia-h100-80gb-hbm3"}
+
+
+def test_cross_device_rows_of_the_shipped_s_tables_reach_the_stage_table(
+        tmp_path: Path) -> None:
+    """`hwgptbench transfer --scale s` writes, beside the rows of its measurements, the
+    transfer across the shipped s tables: the CPU from the H100's conditions, each H100
+    condition from the CPU (small k, seeds and models here)."""
+    quick = {**CONFIG["transfer"], "metrics": ["latency_ms", "energy_mj"], "ks": [10],
+             "report_k": 10, "seeds": 2, "selections": ["random"], "selection": "random",
+             "methods": ["ridge", "meta_ridge"], "method": "meta_ridge", "folds": 3,
+             "source_model": {"num_iterations": 40, "num_leaves": 7, "min_data_in_leaf": 5}}
+    overlay = tmp_path / "quick.yaml"
+    overlay.write_text(yaml.safe_dump({"transfer": quick}))
+    cpu = REPO_ROOT / "src/hwgptbench/published/s/devices/cpu-amd-epyc-1t.parquet"
+    out, summary_out = tmp_path / "quality.parquet", tmp_path / "summary.parquet"
+    assert cli.main(["transfer", "--params", str(REPO_ROOT / "params.yaml"), "--params",
+                     str(overlay), "--scale", "s", "--vocab-size", "50304", "--measurements",
+                     str(cpu), "--out", str(out), "--summary-out", str(summary_out)]) == 0
+    quality = pl.read_parquet(out)
+    # one target in the measurements given: the workflow's own rows say why they are missing
+    assert set(quality.filter(pl.col("tables") == "results")["status"]) == {"skipped"}
+    shipped = quality.filter(pl.col("tables") == "shipped", pl.col("status") == "ok")
+    assert set(shipped["hold_out"]) == {"device"} and set(shipped["metric"]) == {"latency_ms"}
+    sources = dict(shipped.select(pl.concat_str("device", pl.lit("/"), "condition"),
+                                  "source_devices").unique().iter_rows())
+    h100 = "cuda-nvidia-h100-80gb-hbm3"
+    assert sources == {"cpu-amd-epyc-1t/b1-t128-fp32-eager": h100,
+                       **{f"{h100}/b{b}-t{t}-bf16-{launch}": "cpu-amd-epyc-1t"
+                          for b, t in ((1, 128), (8, 1024))
+                          for launch in ("eager", "cuda_graph")}}
+    per_target = shipped.filter(pl.col("k") == 10).group_by("device", "condition").agg(
+        pl.col("method").unique().sort(), pl.len())
+    assert per_target.height == 5
+    assert all(m.to_list() == ["flops", "meta_ridge", "nearest_source", "params", "ridge"]
+               for m in per_target["method"])
+    assert set(per_target["len"]) == {5 * quick["seeds"]}
+    # energy: measured on the H100 only, so not transferable across the shipped devices
+    energy = quality.filter(pl.col("tables") == "shipped", pl.col("metric") == "energy_mj")
+    assert energy.height == 1 and "cross-device transfer needs 2" in energy["reason"][0]
+    # CPU -> H100 with CUDA graphs at b8-t1024: the arch's work sets the ranking
+    graph = shipped.filter(pl.col("condition") == "b8-t1024-bf16-cuda_graph",
+                           pl.col("method") == "meta_ridge")
+    assert graph["spearman"].mean() > 0.9
+    summary = pl.read_parquet(summary_out).filter("reported", pl.col("tables") == "shipped")
+    assert summary.filter(pl.col("method") == "meta_ridge")["targets"].to_list() == [5]
+    assert shipped_per_target(quality, 10).height == 5
+
+
+def test_figure_and_table_show_the_shipped_targets(quality: pl.DataFrame,
+                                                   tmp_path: Path) -> None:
+    """Rows of shipped tables get a panel per target in the transfer figure and their own
+    rows in the report's table, beside the workflow's rows or alone."""
+    shipped = quality.filter(pl.col("hold_out") == "device").with_columns(
+        tables=pl.lit("shipped"))
+    for rows in (pl.concat([quality, shipped]), shipped):
+        summary = report(rows, 10)
+        paths = transfer_quality(summary, rows, tmp_path / "transfer_quality")
+        assert all(p.stat().st_size for p in paths)
+        assert "shipped" in set(transfer_table(summary, rows)["tables"])
+    assert shipped_targets(shipped).select("device", "condition").n_unique() == len(TARGETS)

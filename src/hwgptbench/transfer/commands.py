@@ -27,28 +27,41 @@ log = logging.getLogger("hwgptbench")
 
 
 def cmd_transfer(args: argparse.Namespace) -> None:
-    """Leave-one-target-out quality of few-shot transfer to a new device or condition."""
-    from .evaluate import evaluate, report
+    """Leave-one-target-out quality of few-shot transfer to a new device or condition; where
+    the scale ships tables of two devices or more, also across those devices."""
+    from .. import published
+    from .evaluate import evaluate, evaluate_shipped, report, shipped_per_target, shipped_tables
 
     config = load(args, ["transfer", "spaces"])
     section = config["transfer"]
     tables = [pl.read_parquet(path) for path in [args.measurements, *args.runtime]]
     quality = evaluate(pl.concat(tables, how="diagonal_relaxed"), space_of(config, args.scale),
                        vocab_size(args), section)
+    shipped = shipped_tables(args.scale)
+    if shipped:
+        log.info("transfer across the shipped %s tables: %s", args.scale, ", ".join(shipped))
+        quality = pl.concat([quality, evaluate_shipped(
+            shipped, published.space(args.scale), published.vocab_size(args.scale), section)])
     summary = report(quality, section["report_k"])
     write_parquet(quality, args.out)
     write_parquet(summary, args.summary_out)
     log.info("wrote %s: %d rows, and %s", args.out, quality.height, args.summary_out)
-    for metric, hold_out, reason in quality.filter(
+    for origin, metric, hold_out, reason in quality.filter(
             pl.col("status") == "skipped", pl.col("method").is_null()).select(
-            "metric", "hold_out", "reason").unique(maintain_order=True).iter_rows():
-        print(f"{metric}{f' (hold out {hold_out})' if hold_out else ''}: not evaluated: "
-              f"{reason}")
+            "tables", "metric", "hold_out", "reason").unique(maintain_order=True).iter_rows():
+        print(f"{origin}: {metric}{f' (hold out {hold_out})' if hold_out else ''}: "
+              f"not evaluated: {reason}")
     with pl.Config(tbl_rows=100, tbl_cols=16, tbl_width_chars=200, float_precision=3):
         print(summary.filter("reported").select(
-            "metric", "hold_out", "method", "selection", "k", "targets", "spearman_median",
-            "spearman_worst", "kendall_tau_median", "within_10pct_median",
+            "tables", "metric", "hold_out", "method", "selection", "k", "targets",
+            "spearman_median", "spearman_worst", "kendall_tau_median", "within_10pct_median",
             "within_10pct_worst", "mdape_median", "mdape_worst"))
+    if shipped:
+        with pl.Config(tbl_rows=100, tbl_cols=16, tbl_width_chars=250, float_precision=3,
+                       fmt_str_lengths=40):
+            print(f"shipped {args.scale} tables, Spearman ρ per target at k = "
+                  f"{section['report_k']} (mean over seeds):")
+            print(shipped_per_target(quality, section["report_k"]))
 
 
 def cmd_adapt(args: argparse.Namespace) -> None:

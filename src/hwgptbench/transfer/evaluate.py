@@ -15,6 +15,11 @@ log-log line fitted to the k rows), ``nearest_source`` (the source whose log val
 from t's k values by the most constant offset: its ranking, its values shifted by that
 offset), and ``full_surrogate`` (the upper bound: a LightGBM model of t itself, k-fold
 cross-validated over all of t's archs; no k).
+
+Column ``tables`` says where the targets come from: ``results`` (the workflow's measurement
+and runtime tables) or ``shipped`` (the package's device tables of the scale, when it ships two
+devices or more: every target held out with the other devices' tables as sources, hold-out
+``device``, :func:`evaluate_shipped`); ``source_devices`` names the sources' devices.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,6 +35,7 @@ import polars as pl
 from scipy import stats
 from tqdm import tqdm
 
+from .. import published
 from ..space import Arch, SearchSpace
 from .methods import Design, Method, make_method
 from .selection import select
@@ -41,11 +48,14 @@ BASELINES = ("flops", "params", "nearest_source")
 HOLD_OUTS = ("target", "device")
 UPPER_BOUND = "full_surrogate"
 WITHIN = 0.10
+RESULTS, SHIPPED = "results", "shipped"  # values of the column ``tables``
 QUALITY_SCHEMA = {
-    "metric": pl.String, "hold_out": pl.String, "device": pl.String, "condition": pl.String,
+    "tables": pl.String, "metric": pl.String, "hold_out": pl.String, "device": pl.String,
+    "condition": pl.String,
     "hardware": pl.String, "method": pl.String, "kind": pl.String, "selection": pl.String,
     "k": pl.Int64,
     "seed": pl.Int64, "sources": pl.Int64, "sources_same_hardware": pl.Int64,
+    "source_devices": pl.String,
     "n_test": pl.Int64, "spearman": pl.Float64, "kendall_tau": pl.Float64,
     "within_10pct": pl.Float64, "mdape": pl.Float64, "coverage": pl.Float64,
     "status": pl.String, "reason": pl.String,
@@ -225,7 +235,9 @@ def evaluate_metric(long: pl.DataFrame, space: SearchSpace, vocab_size: int,
                     "condition": target.condition.id, "hardware": hardware[target.device],
                     "sources": len(others),
                     "sources_same_hardware": sum(hardware[profiles.targets[s].device]
-                                                 == hardware[target.device] for s in others)}
+                                                 == hardware[target.device] for s in others),
+                    "source_devices": ", ".join(sorted({profiles.targets[s].device
+                                                        for s in others}))}
             if not others:
                 rows.append({**base, "status": "skipped", "reason": (
                     f"no source target measured on another device than {target.device}")})
@@ -249,7 +261,40 @@ def evaluate(measurements: pl.DataFrame, space: SearchSpace, vocab_size: int,
         part = long.filter(pl.col("metric") == metric)
         rows += (evaluate_metric(part, space, vocab_size, section) if part.height else
                  [_skipped_metric(metric, f"no measured {metric} values (status ok, > 0)")])
-    return pl.DataFrame(rows, schema=QUALITY_SCHEMA)
+    return pl.DataFrame(rows, schema=QUALITY_SCHEMA).with_columns(tables=pl.lit(RESULTS))
+
+
+def shipped_tables(scale: str, folder: str | Path = published.FOLDER
+                   ) -> dict[str, pl.DataFrame]:
+    """The scale's shipped device tables by label, when it ships two devices or more (else
+    none: nothing to transfer across)."""
+    if scale not in published.scales(folder):
+        return {}
+    if len(published.entry(scale, folder).get("devices", {})) < 2:
+        return {}
+    return published.device_tables(scale, folder)
+
+
+def evaluate_shipped(tables: Mapping[str, pl.DataFrame], space: SearchSpace, vocab_size: int,
+                     section: Mapping[str, Any]) -> pl.DataFrame:
+    """The quality rows of cross-device transfer between shipped device tables: every
+    (metric, device, condition) held out with the other devices' targets as sources (hold-out
+    ``device``), by the methods and baselines of :func:`evaluate`; ``tables`` = ``shipped``."""
+    long = long_table(pl.concat(list(tables.values()), how="diagonal_relaxed"),
+                      section["metrics"])
+    across = {**section, "hold_out": ["device"]}
+    rows: list[dict[str, Any]] = []
+    for metric in section["metrics"]:
+        part = long.filter(pl.col("metric") == metric)
+        devices = sorted(part["device"].unique())
+        if len(devices) < 2:
+            rows.append({**_skipped_metric(metric, (
+                f"shipped tables: {metric} measured on {len(devices)} device(s) "
+                f"({', '.join(devices) or 'none'}); cross-device transfer needs 2")),
+                "hold_out": "device"})
+            continue
+        rows += evaluate_metric(part, space, vocab_size, across)
+    return pl.DataFrame(rows, schema=QUALITY_SCHEMA).with_columns(tables=pl.lit(SHIPPED))
 
 
 def retest(first: pl.DataFrame, second: pl.DataFrame, metrics: Sequence[str]) -> pl.DataFrame:
@@ -276,19 +321,35 @@ def retest(first: pl.DataFrame, second: pl.DataFrame, metrics: Sequence[str]) ->
 
 
 def summarize(quality: pl.DataFrame, ks: Sequence[int] | None = None) -> pl.DataFrame:
-    """Per metric, method, selection and k: the median and the worst over held-out targets of
-    each score (averaged over seeds first); the worst MdAPE is the largest."""
+    """Per tables, metric, method, selection and k: the median and the worst over held-out
+    targets of each score (averaged over seeds first); the worst MdAPE is the largest."""
     ok = quality.filter(pl.col("status") == "ok")
+    if "tables" not in ok.columns:  # a table written before the column
+        ok = ok.with_columns(tables=pl.lit(RESULTS))
     if ks is not None:
         ok = ok.filter(pl.col("k").is_in(list(ks)) | pl.col("k").is_null())
-    keys = ["metric", "hold_out", "method", "kind", "selection", "k"]
+    keys = ["tables", "metric", "hold_out", "method", "kind", "selection", "k"]
     per_target = ok.group_by(*keys, "device", "condition").agg(pl.col(s).mean() for s in SCORES)
     return per_target.group_by(*keys).agg(
         pl.len().alias("targets"),
         *(pl.col(s).median().alias(f"{s}_median") for s in SCORES),
         *(pl.col(s).min().alias(f"{s}_worst") for s in SCORES if s != "mdape"),
         pl.col("mdape").max().alias("mdape_worst"),
-    ).sort("metric", "hold_out", "kind", "method", "selection", "k", nulls_last=True)
+    ).sort("tables", "metric", "hold_out", "kind", "method", "selection", "k", nulls_last=True)
+
+
+def shipped_per_target(quality: pl.DataFrame, k: int) -> pl.DataFrame:
+    """Spearman ρ of each shipped target at k, mean over seeds: a row per target and
+    selection, a column per method and baseline, and the upper bound's (no k)."""
+    if "tables" not in quality.columns:
+        return pl.DataFrame()
+    keys = ["metric", "device", "condition", "source_devices"]
+    ok = quality.filter(pl.col("tables") == SHIPPED, pl.col("status") == "ok")
+    bound = ok.filter(pl.col("method") == UPPER_BOUND).select(
+        *keys, pl.col("spearman").alias(UPPER_BOUND))
+    return ok.filter(pl.col("k") == k).pivot(
+        "method", index=[*keys, "selection"], values="spearman", aggregate_function="mean",
+        sort_columns=False).join(bound, on=keys, how="left").sort(*keys, "selection")
 
 
 def report(quality: pl.DataFrame, report_k: int) -> pl.DataFrame:
