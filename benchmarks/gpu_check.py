@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
+import yaml
 from torch.autograd import DeviceType
 
 try:
@@ -52,6 +53,7 @@ from hwgptbench.runtime.rows import measure_condition, runtime_conditions
 from hwgptbench.runtime.serving import serving_sweep
 from hwgptbench.runtime.workloads import build_workload, cuda_peak_memory, unsupported_reason
 from hwgptbench.schema import MODULE_CLASSES, OTHER
+from hwgptbench.settings.sections import RuntimeSettings
 from hwgptbench.space import Arch, SearchSpace
 
 CUDA = torch.device("cuda", 0)
@@ -134,8 +136,11 @@ def check_oom_is_a_status() -> str:
 def check_flash_attention_in_bf16() -> str:
     """Options are varied on bf16 on CUDA; flash runs there (prefill, train step) and beats
     math attention on a long prefill."""
-    section = {"batch_size": 8, "seq_len": 1024, "gen_len": 0, "dtypes": ["fp32", "bf16"],
-               "workloads": ["prefill", "train_step"], "options": OPTIONS}
+    runtime = yaml.safe_load((Path(__file__).resolve().parents[1] / "params.yaml").read_text(
+        encoding="utf-8"))["runtime"]
+    section = RuntimeSettings.of(runtime | {
+        "batch_size": 8, "seq_len": 1024, "gen_len": 0, "dtypes": ["fp32", "bf16"],
+        "workloads": ["prefill", "train_step"], "options": OPTIONS})
     attention = [c for c in runtime_conditions(section, CUDA) if c.attention != "default"]
     assert {c.dtype for c in attention} == {"bf16"}, [c.id for c in attention]
     rows = {c.id: measure_condition(SPACE, [LARGEST], VOCAB, c, CUDA, SETTINGS)[0]

@@ -22,6 +22,7 @@ from hwgptbench import params
 from hwgptbench.measure.stage import measure_shard
 from hwgptbench.meters.budget import GB
 from hwgptbench.meters.memory import peak_rss_bytes
+from hwgptbench.settings.sections import MeasureSettings
 from hwgptbench.space import SearchSpace
 
 
@@ -41,15 +42,16 @@ def main() -> None:
     config = params.load(args.params)
     space = SearchSpace.from_dict(args.scale, config["spaces"][args.scale])
     archs = space.sample(args.archs, seed=0)
-    section = {**config["measure"], "batch_sizes": [args.batch_size], "seq_lens": [args.seq_len],
-               "dtypes": [args.dtype], "launch": ["eager"], "memory": args.memory}
+    section = MeasureSettings.of({**config["measure"], "batch_sizes": [args.batch_size],
+                                  "seq_lens": [args.seq_len], "dtypes": [args.dtype],
+                                  "launch": ["eager"], "memory": args.memory})
     start = time.perf_counter()
     table = measure_shard(section, space, archs, args.vocab_size, "auto", (0, 1), args.out)
     seconds = time.perf_counter() - start
     ok = table.filter(pl.col("status") == "ok")
     groups = table.group_by("latency_group").agg(pl.len(), pl.col("latency_group_factor").first())
     print(f"{len(archs)} archs of {args.scale} (vocab {args.vocab_size}), "
-          f"b{args.batch_size}-t{args.seq_len} {args.dtype}, threads {section['threads']}")
+          f"b{args.batch_size}-t{args.seq_len} {args.dtype}, threads {section.threads}")
     print(f"  measured ok: {ok.height}, other statuses: "
           f"{table.filter(pl.col('status') != 'ok')['status'].value_counts().to_dicts()}")
     print(f"  groups: {groups.height}, archs per group: {sorted(groups['len'].to_list())}")

@@ -28,6 +28,7 @@ import polars as pl
 from hwgptbench.meters.campaign import measure_rows
 from hwgptbench.params import load_overlaid
 from hwgptbench.repeatability import agreement
+from hwgptbench.settings.sections import MeasureSettings
 from hwgptbench.space import SearchSpace
 
 COLUMNS = ("latency_ms", "latency_wall_ms", "latency_min_ms", "latency_cpu_ms")
@@ -60,7 +61,7 @@ def main() -> None:
                    if load == "busy" else None)
         started = time.perf_counter()
         try:
-            rows = measure_rows(section, space, archs, args.vocab_size, "auto",
+            rows = measure_rows(MeasureSettings.of(section), space, archs, args.vocab_size, "auto",
                                 desc=f"campaign {index} ({load})")
         finally:
             if spinner is not None:

@@ -29,6 +29,7 @@ import yaml
 
 from conftest import REPO_ROOT
 from hwgptbench import cli
+from hwgptbench.settings import sections as settings_sections
 
 T = TypeVar("T")
 PACKAGE = "hwgptbench"
@@ -215,16 +216,20 @@ def handler_modules(subcommand: str) -> frozenset[str]:
 def handler_reads(subcommand: str) -> frozenset[str]:
     """The params sections (``compress.X`` entries for the compress commands) a subcommand
     loads: the literal section lists of the ``load(args, [...])`` and ``merge_files(..., [...])``
-    calls in the functions it runs."""
+    calls in the functions it runs, and the ``SECTION`` of each settings type it builds with
+    ``load_settings(args, Type)``."""
     from hwgptbench.compress.commands import READS
 
     sections: set[str] = set()
     for module, name in handler_functions(subcommand):
         for call in ast.walk(_function(module, name)):
-            if (isinstance(call, ast.Call) and len(call.args) == 2
-                    and getattr(call.func, "id", getattr(call.func, "attr", None))
-                    in ("load", "merge_files") and isinstance(call.args[1], ast.List)):
+            if not isinstance(call, ast.Call) or len(call.args) != 2:
+                continue
+            called = getattr(call.func, "id", getattr(call.func, "attr", None))
+            if called in ("load", "merge_files") and isinstance(call.args[1], ast.List):
                 sections |= {e.value for e in call.args[1].elts if isinstance(e, ast.Constant)}
+            elif called == "load_settings" and isinstance(call.args[1], ast.Name):
+                sections.add(getattr(settings_sections, call.args[1].id).SECTION)
     if subcommand in READS:
         sections = (sections - {"compress"}) | {f"compress.{e}" for e in READS[subcommand]}
     return frozenset(sections)

@@ -16,7 +16,8 @@ import pytest
 import torch
 from torch.autograd import DeviceType
 
-from conftest import DEVICE_ENV, DEVICE_GIVEN
+from conftest import DEVICE_ENV, DEVICE_GIVEN, REPO_ROOT
+from hwgptbench import params
 from hwgptbench.errors import UserError
 from hwgptbench.measure import plan
 from hwgptbench.meters import budget
@@ -29,6 +30,7 @@ from hwgptbench.runtime import parallel
 from hwgptbench.runtime.breakdown import STEP, attribute
 from hwgptbench.runtime.rows import measure_condition, runtime_conditions
 from hwgptbench.runtime.serving import serving_sweep
+from hwgptbench.settings.sections import MeasureSettings, RuntimeSettings
 from hwgptbench.tokens.shards import TokenShards
 from hwgptbench.training import train
 from hwgptbench.versions import library_versions
@@ -112,7 +114,8 @@ def test_parallel_ranks_follow_the_device(gpu_host: pytest.MonkeyPatch) -> None:
 
 def test_measure_labels_and_plans_name_the_chosen_device(gpu_host: pytest.MonkeyPatch) -> None:
     gpu_host.setenv(DEVICE_ENV, "cpu")
-    assert device_label({"device": "auto", "aliases": {}}, 2).startswith("cpu-")
+    section = MeasureSettings.of(params.load(REPO_ROOT / "params.yaml")["measure"])
+    assert device_label(replace(section, device="auto", aliases={}), 2).startswith("cpu-")
     machine = plan.this_machine({"measure": {"device": "auto", "threads": 2}})
     [(label, memory)] = machine.items()
     assert label.startswith("cpu-") and not memory.gpu
@@ -168,12 +171,13 @@ def test_out_of_memory_in_the_first_call_is_oom_not_unsupported(
 
 def test_options_are_varied_on_bf16_on_cuda() -> None:
     cuda = torch.device("cuda", 0)
-    varied = {c.dtype for c in runtime_conditions(FAST, cuda)
+    fast = RuntimeSettings.of(FAST)
+    varied = {c.dtype for c in runtime_conditions(fast, cuda)
               if c.attention != "default" or c.recompute or c.quant != "none"}
     assert varied == {"bf16"}  # flash attention has no fp32 CUDA kernel
-    assert {c.dtype for c in runtime_conditions(FAST, CPU) if c.attention != "default"} == {
+    assert {c.dtype for c in runtime_conditions(fast, CPU) if c.attention != "default"} == {
         "fp32"}
-    fp32_only = FAST | {"dtypes": ["fp32"]}
+    fp32_only = replace(fast, dtypes=("fp32",))
     assert {c.dtype for c in runtime_conditions(fp32_only, cuda)} == {"fp32"}
 
 

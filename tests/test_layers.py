@@ -12,7 +12,7 @@ import hwgptbench
 PACKAGE = Path(hwgptbench.__file__).parent
 # packages under the stages: what several stages use (docs/architecture.md)
 FOUNDATIONS = {"model", "meters", "training", "tokens", "evaluation", "predictors", "moo",
-               "plotting", "published"}
+               "plotting", "published", "settings"}
 ASSEMBLERS = {"cli.py"}  # imports every stage's `commands` to build the parser
 
 

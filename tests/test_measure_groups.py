@@ -17,6 +17,7 @@ from hwgptbench.measure import stage as measurements
 from hwgptbench.meters import budget, campaign, groups, runner
 from hwgptbench.meters.condition import Condition
 from hwgptbench.meters.latency import cuda_graph_callable
+from hwgptbench.settings.sections import MeasureSettings
 from hwgptbench.space import SearchSpace
 
 SPACE = SearchSpace.from_dict("small", {
@@ -30,9 +31,9 @@ FAST = {"warmup": 1, "min_repeats": 5, "max_repeats": 10, "target_rel_ci": 0.05,
         "dtypes": ["fp32"], "launch": ["eager"], "group_anchors": 2}
 
 
-def _section(**overrides: Any) -> dict[str, Any]:
+def _section(**overrides: Any) -> MeasureSettings:
     doc = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["measure"]
-    return doc | FAST | overrides
+    return MeasureSettings.of(doc | FAST | overrides)
 
 
 def _budget_for(n_models: int) -> float:

@@ -22,6 +22,7 @@ from hwgptbench.measure.plan import (
     stand_in_shard,
 )
 from hwgptbench.meters.budget import GB
+from hwgptbench.settings.sections import MeasureSettings
 from hwgptbench.space import SearchSpace
 
 PARAMS = REPO_ROOT / "params.yaml"
@@ -66,7 +67,8 @@ def test_paper_overlay_plans_every_scale_and_device_within_memory(paper: dict) -
 def test_device_with_too_little_memory_is_refused(paper: dict) -> None:
     space = SearchSpace.from_dict("s", paper["spaces"]["s"])
     with pytest.raises(MemoryPlanError) as error:
-        check_fits(space, paper["measure"], 50304, "rtx2080", DeviceMemory(4 * GB, True))
+        check_fits(space, MeasureSettings.of(paper["measure"]), 50304, "rtx2080",
+                   DeviceMemory(4 * GB, True))
     message = str(error.value)
     for part in ("scale s", "device rtx2080", "4.8 GiB at b8-t1024-fp32", "4.0 GiB",
                  "measure.batch_sizes", "drop rtx2080 from workflow.devices"):
@@ -78,12 +80,13 @@ def test_budget_and_stand_in_shard() -> None:
     space = SearchSpace.from_dict("tiny", config["spaces"]["tiny"])
     shard = stand_in_shard(space, 40)
     assert len(shard) == len(set(shard)) == 40 and shard[0] == space.largest()
-    section = {**config["measure"], "memory_budget_gb": 0.001}
+    section = MeasureSettings.of({**config["measure"], "memory_budget_gb": 0.001})
     plan = plan_memory(space, section, 102, 4096, "here", DeviceMemory(8 * GB, False))
     assert plan.budget == int(0.001 * GB)
     # the budget holds one arch and no anchor besides it: a group per arch
     assert plan.groups == 102 and plan.group_size == 1
-    roomy = plan_memory(space, config["measure"], 102, 4096, "here", DeviceMemory(8 * GB, False))
+    roomy = plan_memory(space, MeasureSettings.of(config["measure"]), 102, 4096, "here",
+                        DeviceMemory(8 * GB, False))
     assert roomy.groups == 1 and roomy.group_size == 102 and roomy.peak < roomy.budget
 
 

@@ -12,6 +12,7 @@ from conftest import REPO_ROOT, run
 from hwgptbench.measure import stage as measurements
 from hwgptbench.meters import campaign
 from hwgptbench.meters.device import auto_label, default_device, fingerprint
+from hwgptbench.settings.sections import MeasureSettings
 from hwgptbench.space import SearchSpace
 
 SPACE = SearchSpace.from_dict("small", {
@@ -23,12 +24,12 @@ FAST = {"warmup": 1, "min_repeats": 5, "max_repeats": 20, "target_rel_ci": 0.02,
         "shards": 2, "seed": 0, "interleave": True}
 
 
-def _section(**overrides: object) -> dict:
+def _section(**overrides: object) -> MeasureSettings:
     doc = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["measure"]
     doc.update(FAST)
     doc.update(batch_sizes=[1, 2], seq_lens=[16], dtypes=["fp32"])
     doc.update(overrides)
-    return doc
+    return MeasureSettings.of(doc)
 
 
 def test_parse_shard() -> None:

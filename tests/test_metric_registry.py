@@ -28,6 +28,7 @@ from hwgptbench.metrics import (
 )
 from hwgptbench.plotting.style import metric_label
 from hwgptbench.predictors.fitting import fit_device
+from hwgptbench.settings.sections import MeasureSettings
 from hwgptbench.space import SearchSpace
 
 SPACE = SearchSpace.from_dict("small", {
@@ -62,8 +63,9 @@ def toy() -> Iterator[Metric]:
         yield metric
 
 
-def _measure_section() -> dict[str, Any]:
-    return yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["measure"] | FAST
+def _measure_section() -> MeasureSettings:
+    return MeasureSettings.of(yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["measure"]
+                              | FAST)
 
 
 def test_a_registered_metric_is_measured_fitted_and_labelled(toy: Metric, tmp_path: Path

@@ -31,6 +31,7 @@ from hwgptbench.runtime.breakdown import MODULE_CLASSES, OTHER, profile_breakdow
 from hwgptbench.runtime.rows import memory_pass, runtime_conditions
 from hwgptbench.runtime.serving import serving_sweep
 from hwgptbench.runtime.workloads import Unsupported, Workload, build_workload
+from hwgptbench.settings.sections import RuntimeSettings
 from hwgptbench.space import Arch, SearchSpace
 
 SPACE = SearchSpace.from_dict("small", {
@@ -52,7 +53,7 @@ FAST = {"n_archs": 4, "batch_size": 1, "seq_len": 16, "gen_len": 8,
 
 def test_default_ids_are_unchanged_and_every_id_round_trips() -> None:
     assert Condition(1, 128, "fp32").id == "b1-t128-fp32-eager"
-    conditions = runtime_conditions(FAST, CPU)
+    conditions = runtime_conditions(RuntimeSettings.of(FAST), CPU)
     assert len({c.id for c in conditions}) == len(conditions) == 6 + 2 * 3 + 2 + 1
     for condition in conditions:
         assert Condition.from_id(condition.id) == condition
@@ -164,13 +165,14 @@ def test_decode_latency_per_token_grows_with_layers() -> None:
 def measured() -> runtime.RuntimeTables:
     archs = SPACE.sample(12, seed=3)
     aliases = {"cpu-test": auto_label(fingerprint(2, CPU))}
-    return runtime.measure_runtime(FAST, 2, SPACE, archs, VOCAB, "cpu-test", aliases)
+    return runtime.measure_runtime(RuntimeSettings.of(FAST), 2, SPACE, archs, VOCAB, "cpu-test",
+                                   aliases)
 
 
 def test_runtime_table_has_every_condition_with_reasons(
         measured: runtime.RuntimeTables) -> None:
     table = measured.runtime
-    conditions = {c.id for c in runtime_conditions(FAST, CPU)}
+    conditions = {c.id for c in runtime_conditions(RuntimeSettings.of(FAST), CPU)}
     assert set(table["condition"]) == conditions
     assert table.group_by("condition").len()["len"].unique().to_list() == [FAST["n_archs"]]
     unsupported = table.filter(pl.col("status") != "ok")
@@ -225,8 +227,8 @@ def test_parallel_rows_and_collectives_join_the_runtime_tables(tmp_path: Path) -
                       "serving": {"n_archs": 0, "batch_sizes": [1]},
                       "parallel": FAST["parallel"] | {"n_archs": 1}}
     aliases = {"cpu-test": auto_label(fingerprint(2, CPU))}
-    tables = runtime.measure_runtime(section, 2, SPACE, SPACE.sample(4, seed=3), VOCAB,
-                                     "cpu-test", aliases)
+    tables = runtime.measure_runtime(RuntimeSettings.of(section), 2, SPACE,
+                                     SPACE.sample(4, seed=3), VOCAB, "cpu-test", aliases)
     parallel, breakdown = tables.parallel, tables.breakdown
     assert tables.serving.is_empty()
     assert parallel.height == 3 * 2 and set(parallel["device"]) == {"cpu-test"}

@@ -12,7 +12,8 @@ from pathlib import Path
 import polars as pl
 
 from .io import check_output_file, write_parquet
-from .options import Add, load, scale_and_results, space_of
+from .options import Add, load, load_settings, scale_and_results, space_of
+from .settings.sections import MeasureSettings
 from .space import Arch, InvalidArchError
 
 log = logging.getLogger("hwgptbench")
@@ -73,8 +74,8 @@ def cmd_publish_device(args: argparse.Namespace) -> None:
     from .meters.campaign import device_label
     from .remote import publish_device
 
-    section = load(args, ["measure"])["measure"]
-    label = args.device or device_label(section, section["threads"])
+    section = load_settings(args, MeasureSettings)
+    label = args.device or device_label(section, section.threads)
     pointer = publish_device(args.scale, label, args.results, push=not args.no_push,
                              remote=args.remote)
     print(f"published {label}; commit the pointer: git add {pointer} {pointer.parent}/.gitignore "

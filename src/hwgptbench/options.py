@@ -13,6 +13,7 @@ import importlib
 from collections.abc import Callable
 
 from . import layout, params
+from .settings.sections import S
 from .space import SearchSpace
 
 # add(name, handler, params=True) -> the subcommand's parser
@@ -29,6 +30,12 @@ def params_arg(parser: argparse.ArgumentParser) -> None:
 def load(args: argparse.Namespace, sections: list[str]) -> dict:
     """The validated params sections a command reads."""
     return params.merge_files(args.params or ["params.yaml"], sections)
+
+
+def load_settings(args: argparse.Namespace, cls: type[S]) -> S:
+    """The validated params section of the settings type ``cls``, as ``cls``: what a command
+    reads is the ``SECTION`` of each type it loads."""
+    return cls.of(load(args, [cls.SECTION])[cls.SECTION])
 
 
 def space_of(config: dict, scale: str) -> SearchSpace:

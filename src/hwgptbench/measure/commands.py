@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import replace
 
 from .. import layout, params
 from ..io import atomic_write_text
-from ..options import Add, load, scale_arg, space_of, vocab_size, vocab_source
+from ..options import Add, load, load_settings, scale_arg, space_of, vocab_size, vocab_source
+from ..settings.sections import MeasureSettings
 from ..space import read_archs
 
 log = logging.getLogger("hwgptbench")
@@ -19,10 +21,10 @@ def cmd_measure(args: argparse.Namespace) -> None:
     from ..meters.campaign import device_label
     from . import stage
 
-    config = load(args, ["measure", "spaces"])
-    space, section = space_of(config, args.scale), config["measure"]
-    label = device_label({**section, "device": args.device or section["device"]},
-                         section["threads"])
+    section = load_settings(args, MeasureSettings)
+    space = space_of(load(args, ["spaces"]), args.scale)
+    label = device_label(replace(section, device=args.device or section.device),
+                         section.threads)
     index, count = stage.parse_shard(args.shard)
     out = args.out or layout.shard(args.scale, label, index, count)
     archs_path = args.archs or layout.archs(args.scale)
@@ -87,18 +89,18 @@ def cmd_devices(args: argparse.Namespace) -> None:
     )
     from ..meters.energy import open_energy_meter
 
-    config = load(args, ["measure"])["measure"]
+    section = load_settings(args, MeasureSettings)
     if args.label:  # for scripts: the label this machine's tables are filed under
-        print(device_label(config, config["threads"]))
+        print(device_label(section, section.threads))
         return
     device = default_device()
-    identity = fingerprint(config["threads"], device)
+    identity = fingerprint(section.threads, device)
     print(f"label: {auto_label(identity)}  (measure.device: auto)")
     for key, value in identity.items():
         print(f"  {key}: {value}")
     print("metrics:")
     print("  latency: yes (" + ("CUDA events" if device.type == "cuda" else
-                               f"perf_counter_ns, {config['threads']} threads") + ")")
+                               f"perf_counter_ns, {section.threads} threads") + ")")
     with open_energy_meter(device) as meter:
         energy = f"yes ({meter.source})" if meter.available else f"no: {meter.reason}"
     print(f"  energy: {energy}")

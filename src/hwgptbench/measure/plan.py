@@ -26,6 +26,7 @@ from ..meters.budget import (
     weight_bytes,
 )
 from ..meters.condition import Condition
+from ..settings.sections import MeasureSettings
 from ..space import Arch, SearchSpace
 
 COLUMNS = ("scale", "device", "memory_gb", "budget_gb", "archs/shard", "group size", "groups",
@@ -67,11 +68,11 @@ class MemoryPlan:
                 f"{self.largest / GB:.1f}", self.condition)
 
 
-def plan_conditions(section: Mapping[str, Any], gpu: bool) -> list[Condition]:
+def plan_conditions(section: MeasureSettings, gpu: bool) -> list[Condition]:
     """The conditions of the measure section that a device runs (cuda_graph on GPUs only)."""
-    launches = [launch for launch in section["launch"] if gpu or launch != "cuda_graph"]
-    return [Condition(b, t, dtype, launch) for b in section["batch_sizes"]
-            for t in section["seq_lens"] for dtype in section["dtypes"] for launch in launches]
+    launches = [launch for launch in section.launch if gpu or launch != "cuda_graph"]
+    return [Condition(b, t, dtype, launch) for b in section.batch_sizes
+            for t in section.seq_lens for dtype in section.dtypes for launch in launches]
 
 
 def _need(space: SearchSpace, arch: Arch, vocab_size: int, condition: Condition) -> int:
@@ -79,14 +80,14 @@ def _need(space: SearchSpace, arch: Arch, vocab_size: int, condition: Condition)
             + activation_bytes(space, arch, vocab_size, condition))
 
 
-def largest_need(space: SearchSpace, section: Mapping[str, Any], vocab_size: int, gpu: bool
+def largest_need(space: SearchSpace, section: MeasureSettings, vocab_size: int, gpu: bool
                  ) -> tuple[int, Condition]:
     """Bytes of the largest arch alone (weights and activations) at its costliest condition."""
     arch = space.largest()
     return max((_need(space, arch, vocab_size, c), c) for c in plan_conditions(section, gpu))
 
 
-def check_fits(space: SearchSpace, section: Mapping[str, Any], vocab_size: int, device: str,
+def check_fits(space: SearchSpace, section: MeasureSettings, vocab_size: int, device: str,
                device_memory: DeviceMemory) -> int:
     """The largest arch's need in bytes; :class:`MemoryPlanError` when it exceeds the device."""
     need, condition = largest_need(space, section, vocab_size, device_memory.gpu)
@@ -125,22 +126,22 @@ def _costs(space: SearchSpace, archs: tuple[Arch, ...], vocab_size: int, conditi
     return weights, tuple(activation_bytes(space, a, vocab_size, condition) for a in archs)
 
 
-def plan_memory(space: SearchSpace, section: Mapping[str, Any], n_archs: int, vocab_size: int,
+def plan_memory(space: SearchSpace, section: MeasureSettings, n_archs: int, vocab_size: int,
                 device: str, device_memory: DeviceMemory, seed: int = 0) -> MemoryPlan:
     """The plan of a shard of ``n_archs`` sampled archs (``sample.n_archs + 2``) on a device;
     :class:`MemoryPlanError` when the largest arch alone, or a group, does not fit the
     device."""
     largest = check_fits(space, section, vocab_size, device, device_memory)
-    budget_gb = section["memory_budget_gb"]
+    budget_gb = section.memory_budget_gb
     budget = int(budget_gb * GB) if budget_gb is not None else int(
         DEFAULT_FRACTION * device_memory.memory)
-    size = archs_per_shard(space, n_archs, section["shards"])
+    size = archs_per_shard(space, n_archs, section.shards)
     archs = stand_in_shard(space, size, seed)
     plans: list[tuple[GroupPlan, Condition]] = []
     for condition in plan_conditions(section, device_memory.gpu):
         weights, activations = _costs(space, archs, vocab_size, condition,
-                                      section.get("interleave", True))
-        plans.append((plan_groups(weights, activations, budget, section["group_anchors"]),
+                                      section.interleave)
+        plans.append((plan_groups(weights, activations, budget, section.group_anchors),
                       condition))
     worst, condition = max(plans, key=lambda p: (len(p[0].groups), p[0].peak_bytes))
     peak, fullest = max((plan.peak_bytes, c) for plan, c in plans)
@@ -187,7 +188,8 @@ def plan_params(config: Mapping[str, Any], devices: Mapping[str, DeviceMemory],
     if vocab_size is None:
         return []
     n_archs = config["sample"]["n_archs"] + 2
-    return [plan_memory(SearchSpace.from_dict(scale, config["spaces"][scale]), config["measure"],
+    measure = MeasureSettings.of(config["measure"])
+    return [plan_memory(SearchSpace.from_dict(scale, config["spaces"][scale]), measure,
                         n_archs, vocab_size, label, memory)
             for scale in scales or config["workflow"]["scales"]
             for label, memory in devices.items()]
@@ -200,10 +202,11 @@ def check_params(config: Mapping[str, Any], devices: Mapping[str, Mapping[str, D
     vocab_size = tokenizer_vocab_size(config["data"]["tokenizer"])
     if vocab_size is None:
         return
+    measure = MeasureSettings.of(config["measure"])
     for scale, memories in devices.items():
         space = SearchSpace.from_dict(scale, config["spaces"][scale])
         for label, memory in memories.items():
-            check_fits(space, config["measure"], vocab_size, label, memory)
+            check_fits(space, measure, vocab_size, label, memory)
 
 
 def format_table(plans: Sequence[MemoryPlan]) -> str:

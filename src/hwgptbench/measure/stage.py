@@ -16,8 +16,8 @@ import hashlib
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
@@ -25,6 +25,7 @@ from .. import __version__
 from ..io import canonical_json, write_parquet
 from ..meters.campaign import MeasurementError, ShardParts, measure_rows
 from ..metrics import KEY, measurement_frame
+from ..settings.sections import MeasureSettings
 from ..space import Arch, SearchSpace
 
 log = logging.getLogger(__name__)
@@ -41,17 +42,18 @@ def parse_shard(text: str) -> tuple[int, int]:
     return index, count
 
 
-def inputs_key(section: dict[str, Any], space: SearchSpace, archs: Sequence[Arch],
+def inputs_key(section: MeasureSettings, space: SearchSpace, archs: Sequence[Arch],
                vocab_size: int, label: str) -> str:
     """Hash of everything a shard's rows depend on: what a part file must have been measured
     with to be reused."""
-    doc = {"measure": {k: v for k, v in section.items() if k not in ("device", "aliases")},
+    doc = {"measure": {k: v for k, v in asdict(section).items()
+                       if k not in ("device", "aliases")},
            "space": space.name, "spec": repr(space), "archs": [a.id for a in archs],
            "vocab_size": vocab_size, "label": label, "version": __version__}
     return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
 
 
-def measure_shard(section: dict[str, Any], space: SearchSpace, archs: Sequence[Arch],
+def measure_shard(section: MeasureSettings, space: SearchSpace, archs: Sequence[Arch],
                   vocab_size: int, label: str, shard: tuple[int, int],
                   out: str | os.PathLike[str]) -> pl.DataFrame:
     """Measure shard i of n of ``archs`` on this machine; write the rows to ``out``. Each

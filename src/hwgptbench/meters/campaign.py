@@ -13,7 +13,7 @@ import logging
 import math
 import os
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from ..errors import UserError
 from ..io import atomic_write_json, write_parquet
 from ..metrics import further_nulls, measurement_frame
 from ..repeatability import REPEAT_MIN
+from ..settings.sections import MeasureSettings
 from ..space import Arch, SearchSpace
 from ..versions import library_versions
 from .budget import (
@@ -58,32 +59,33 @@ class MeasurementError(UserError, ValueError):
     """Bad measurement request or inconsistent tables; the message says which."""
 
 
-def measure_settings(section: Mapping[str, Any], device: torch.device | None = None
+def measure_settings(section: MeasureSettings, device: torch.device | None = None
                      ) -> Settings:
     """Measurement settings of the ``measure`` params section; ``measure.estimator`` applies
     to CPU devices (CUDA events: the median)."""
-    return Settings(threads=section["threads"], warmup=section["warmup"],
-                    min_repeats=section["min_repeats"], max_repeats=section["max_repeats"],
-                    target_rel_ci=section["target_rel_ci"], max_seconds=section["max_seconds"],
-                    energy_seconds=section["energy_window_s"], memory=section["memory"],
-                    seed=section["seed"], estimator=cpu_estimator(section, device))
+    return Settings(threads=section.threads, warmup=section.warmup,
+                    min_repeats=section.min_repeats, max_repeats=section.max_repeats,
+                    target_rel_ci=section.target_rel_ci, max_seconds=section.max_seconds,
+                    energy_seconds=section.energy_window_s, memory=section.memory,
+                    seed=section.seed, estimator=cpu_estimator(section.estimator, device))
 
 
-def conditions(section: Mapping[str, Any], space: SearchSpace, device: torch.device
+def conditions(section: MeasureSettings, space: SearchSpace, device: torch.device
                ) -> list[Condition]:
     """The conditions of the ``measure`` params section that this device runs."""
-    too_long = [t for t in section["seq_lens"] if t > space.block_size]
+    too_long = [t for t in section.seq_lens if t > space.block_size]
     if too_long:
         raise MeasurementError(f"measure.seq_lens: {too_long} exceed block_size {space.block_size} "
                          f"of space '{space.name}'")
-    return conditions_from_params({"batch_size": section["batch_sizes"],
-                                   "seq_len": section["seq_lens"], "dtype": section["dtypes"],
-                                   "launch": section["launch"]}, device)
+    return conditions_from_params({"batch_size": list(section.batch_sizes),
+                                   "seq_len": list(section.seq_lens),
+                                   "dtype": list(section.dtypes),
+                                   "launch": list(section.launch)}, device)
 
-def device_label(section: dict[str, Any], threads: int) -> str:
+def device_label(section: MeasureSettings, threads: int) -> str:
     """This machine's label: ``measure.device`` checked against the hardware, or derived."""
-    return resolve_label(section["device"], fingerprint(threads, default_device()),
-                         section["aliases"])
+    return resolve_label(section.device, fingerprint(threads, default_device()),
+                         section.aliases)
 
 
 class ShardParts:
@@ -138,7 +140,7 @@ class ShardParts:
 class _Campaign:
     """What every group of a measurement run shares."""
 
-    section: Mapping[str, Any]
+    section: MeasureSettings
     space: SearchSpace
     archs: Sequence[Arch]
     vocab_size: int
@@ -150,12 +152,12 @@ class _Campaign:
         """Groups of the archs whose models fit the memory budget under condition."""
         weights = [weight_bytes(self.space, a, self.vocab_size, condition.dtype)
                    for a in self.archs]
-        if not self.section["interleave"]:  # one model at a time: all archs in one group
+        if not self.section.interleave:  # one model at a time: all archs in one group
             weights = [0] * len(weights)
         activations = [activation_bytes(self.space, a, self.vocab_size, condition)
                        for a in self.archs]
-        budget = budget_bytes(self.section["memory_budget_gb"], self.device)
-        plan = plan_groups(weights, activations, budget, self.section["group_anchors"])
+        budget = budget_bytes(self.section.memory_budget_gb, self.device)
+        plan = plan_groups(weights, activations, budget, self.section.group_anchors)
         if len(plan.groups) > 1 and not plan.anchors:
             log.warning("%s: no anchor fits beside the largest arch in %.2f GiB: the %d groups' "
                         "speeds are not compared", condition.id, budget / GB, len(plan.groups))
@@ -173,13 +175,13 @@ class _Campaign:
                       ) -> list[dict[str, Any]]:
         """Rows of the group's members, plus timing-only rows of the anchors (flagged
         ``latency_anchor_only``) when they are not members here."""
-        per_arch = replace(self.settings, latency=not self.section["interleave"])
+        per_arch = replace(self.settings, latency=not self.section.interleave)
         members = [self.archs[i] for i in group.members]
         rows = [measure_arch(self.space, arch, self.vocab_size, condition, self.device,
                              self.meter, per_arch) for arch in members]
         for row in rows:
             row |= {"latency_group": index, "latency_anchor_only": False}
-        if not self.section["interleave"]:
+        if not self.section.interleave:
             return rows
         timed = [i for i, row in enumerate(rows) if row["status"] == "ok"]
         extra = [a for a in group.anchors if a not in group.members]
@@ -203,12 +205,12 @@ class _Campaign:
     def repeat_subset(self, condition: Condition, measured: set[str]) -> list[Arch]:
         """The archs timed again: ``measure.repeat_share`` of the measured ones (at least
         REPEAT_MIN), drawn with the seed, as many as fit the memory budget together."""
-        share = self.section.get("repeat_share", 0.0)
+        share = self.section.repeat_share
         candidates = [a for a in self.archs if a.id in measured]
         if share <= 0 or len(candidates) < 2:
             return []
         wanted = min(len(candidates), max(REPEAT_MIN, math.ceil(share * len(candidates))))
-        budget = budget_bytes(self.section["memory_budget_gb"], self.device)
+        budget = budget_bytes(self.section.memory_budget_gb, self.device)
         chosen: list[Arch] = []
         used = 0
         for i in np.random.default_rng(self.settings.seed).permutation(len(candidates)):
@@ -270,7 +272,7 @@ def assemble(plan: GroupPlan, groups: Sequence[list[dict[str, Any]]], archs: Seq
     return out
 
 
-def measure_rows(section: Mapping[str, Any], space: SearchSpace, archs: Sequence[Arch],
+def measure_rows(section: MeasureSettings, space: SearchSpace, archs: Sequence[Arch],
                  vocab_size: int, label: str, desc: str = "measure",
                  parts: ShardParts | None = None) -> list[dict[str, Any]]:
     """Rows of every (arch, condition) on this machine, labelled ``label``.
@@ -288,7 +290,7 @@ def measure_rows(section: Mapping[str, Any], space: SearchSpace, archs: Sequence
     device = default_device()
     settings = measure_settings(section, device)
     identity = fingerprint(settings.threads, device)
-    resolved = resolve_label(label, identity, section["aliases"])
+    resolved = resolve_label(label, identity, section.aliases)
     versions = library_versions()
     rows = []
     with open_energy_meter(device) as meter:
@@ -311,6 +313,6 @@ def measure_rows(section: Mapping[str, Any], space: SearchSpace, archs: Sequence
             repeats = campaign.repeat_latencies(condition, measured)
             rows += [{"device": resolved, "scale": space.name, **row,
                       "latency_repeat_ms": repeats.get(row["arch_id"]),
-                      "latency_interleaved": section["interleave"], **identity, **versions}
+                      "latency_interleaved": section.interleave, **identity, **versions}
                      for row in measured]
     return rows

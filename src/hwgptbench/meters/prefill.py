@@ -45,7 +45,7 @@ def timing_kwargs(timing: dict[str, Any], device: torch.device) -> dict[str, Any
     repeats and stopping rule it sets, and its ``estimator`` on a CPU (the measure stage's
     protocol, docs/measure.md; CUDA events: the median)."""
     return {**{k: timing[k] for k in TIMING_KEYS if k in timing},
-            "estimator": cpu_estimator(timing, torch.device(device))}
+            "estimator": cpu_estimator(timing.get("estimator", "median"), torch.device(device))}
 
 
 def time_prefill(model: nn.Module, timing: dict[str, Any], vocab_size: int,

@@ -46,12 +46,12 @@ class SettingsError(UserError, ValueError):
     """Measurement settings that cannot go together."""
 
 
-def cpu_estimator(section: Mapping[str, Any], device: torch.device | None) -> str:
-    """The section's ``estimator`` on a CPU device (or when the device is not known yet);
+def cpu_estimator(estimator: str, device: torch.device | None) -> str:
+    """A section's ``estimator`` on a CPU device (or when the device is not known yet);
     ``median`` of CUDA events on a GPU."""
     if device is not None and device.type == "cuda":
         return "median"
-    return str(section.get("estimator", "median"))
+    return estimator
 
 
 @dataclass(frozen=True)

@@ -167,9 +167,10 @@ def ship(scale: str, space_: SearchSpace, vocab: int, perplexity: str | os.PathL
     wrote it) and device tables (as ``hwgptbench measure`` / ``merge-shards`` wrote them).
 
     Each device's record holds the table's fingerprint and ``measured_by``, the commit of the
-    code that measured it (comma-separated commits for a table of several campaigns). A table not given keeps its shipped version; ``replace_devices``
-    drops the devices not given. The manifest is rewritten last (atomically), so a reader
-    never sees a table its manifest does not describe. Returns the scale's new manifest entry.
+    code that measured it (comma-separated commits for a table of several campaigns). A table
+    not given keeps its shipped version; ``replace_devices`` drops the devices not given. The
+    manifest is rewritten last (atomically), so a reader never sees a table its manifest does
+    not describe. Returns the scale's new manifest entry.
     """
     folder = Path(folder)
     document = manifest(folder)

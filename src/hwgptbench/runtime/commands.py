@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import replace
 
-from ..options import Add, load, scale_and_vocab, space_of, vocab_size
+from ..options import Add, load, load_settings, scale_and_vocab, space_of, vocab_size
+from ..settings.sections import MeasureSettings, RuntimeSettings
 from ..space import read_archs
 
 log = logging.getLogger("hwgptbench")
@@ -16,13 +18,13 @@ def cmd_runtime(args: argparse.Namespace) -> None:
     from ..meters.campaign import device_label
     from .stage import RuntimeTables, measure_runtime, write_runtime
 
-    config = load(args, ["measure", "runtime", "spaces"])
-    space, measure = space_of(config, args.scale), config["measure"]
-    label = device_label({**measure, "device": args.device or measure["device"]},
-                         measure["threads"])
+    measure = load_settings(args, MeasureSettings)
+    space = space_of(load(args, ["spaces"]), args.scale)
+    label = device_label(replace(measure, device=args.device or measure.device),
+                         measure.threads)
     tables = measure_runtime(
-        config["runtime"], measure["threads"], space, read_archs(args.archs), vocab_size(args),
-        label, measure["aliases"])
+        load_settings(args, RuntimeSettings), measure.threads, space, read_archs(args.archs),
+        vocab_size(args), label, measure.aliases)
     paths = RuntimeTables(args.out, args.breakdown_out, args.serving_out, args.parallel_out)
     write_runtime(tables, paths)
     for table, path in zip(tables, paths, strict=True):

@@ -24,6 +24,7 @@ from ..meters.latency import (
 )
 from ..meters.memory import unmeasured
 from ..meters.runner import Settings
+from ..settings.sections import RuntimeSettings
 from ..space import Arch, SearchSpace
 from .workloads import Unsupported, Workload, build_workload, cuda_peak_memory, unsupported_reason
 
@@ -45,19 +46,19 @@ def option_dtype(dtypes: Sequence[str], device: torch.device) -> str:
     return dtypes[0]
 
 
-def runtime_conditions(section: dict[str, Any], device: torch.device) -> list[Condition]:
+def runtime_conditions(section: RuntimeSettings, device: torch.device) -> list[Condition]:
     """Each workload in each dtype with default options, then each option value varied alone
     on the :func:`option_dtype` condition of every workload it applies to."""
     def base(workload: str, dtype: str) -> Condition:
-        return Condition(section["batch_size"], section["seq_len"], dtype, "eager", workload,
-                         section["gen_len"] if workload == "decode" else 0)
+        return Condition(section.batch_size, section.seq_len, dtype, "eager", workload,
+                         section.gen_len if workload == "decode" else 0)
 
-    conditions = [base(w, d) for w in section["workloads"] for d in section["dtypes"]]
-    varied = option_dtype(section["dtypes"], device)
-    for option, values in section["options"].items():
+    conditions = [base(w, d) for w in section.workloads for d in section.dtypes]
+    varied = option_dtype(section.dtypes, device)
+    for option, values in section.options.items():
         for value in values:
             conditions += [Condition(**{**base(w, varied).as_dict(), option: value})
-                           for w in section["workloads"] if w in OPTION_WORKLOADS[option]]
+                           for w in section.workloads if w in OPTION_WORKLOADS[option]]
     return list(dict.fromkeys(conditions))
 
 

@@ -42,6 +42,7 @@ from ..meters.latency import measure_latency
 from ..meters.runner import Settings, cpu_estimator
 from ..metrics import nullable_columns
 from ..repeatability import REPEAT_MIN
+from ..settings.sections import RuntimeSettings
 from ..space import Arch, SearchSpace
 from ..versions import library_versions
 from .breakdown import profile_breakdown
@@ -75,13 +76,13 @@ def repeat_archs(chosen: Sequence[Arch], space: SearchSpace, vocab_size: int, sh
     return spread_archs(chosen, space, vocab_size, count)
 
 
-def runtime_settings(section: dict[str, Any], threads: int,
+def runtime_settings(section: RuntimeSettings, threads: int,
                      device: torch.device | None = None) -> Settings:
     """Timing settings of the ``runtime`` params section (its estimator on CPU devices)."""
-    return Settings(threads=threads, warmup=section["warmup"],
-                    min_repeats=section["min_repeats"], max_repeats=section["max_repeats"],
-                    target_rel_ci=section["target_rel_ci"], max_seconds=section["max_seconds"],
-                    seed=section["seed"], estimator=cpu_estimator(section, device))
+    return Settings(threads=threads, warmup=section.warmup,
+                    min_repeats=section.min_repeats, max_repeats=section.max_repeats,
+                    target_rel_ci=section.target_rel_ci, max_seconds=section.max_seconds,
+                    seed=section.seed, estimator=cpu_estimator(section.estimator, device))
 
 
 def breakdown_rows(space: SearchSpace, arch: Arch, vocab_size: int, condition: Condition,
@@ -115,12 +116,12 @@ class RuntimeTables(NamedTuple):
     parallel: Any
 
 
-def _breakdown(section: dict[str, Any], space: SearchSpace, chosen: Sequence[Arch],
+def _breakdown(section: RuntimeSettings, space: SearchSpace, chosen: Sequence[Arch],
                vocab_size: int, conditions: Sequence[Condition], device: torch.device,
                settings: Settings) -> list[dict[str, Any]]:
     """Breakdown rows of the first dtype's default conditions, for a spread of ``chosen``."""
-    profiled = spread_archs(chosen, space, vocab_size, section["breakdown"]["n_archs"])
-    defaults = [c for c in conditions if c.dtype == section["dtypes"][0]
+    profiled = spread_archs(chosen, space, vocab_size, section.breakdown.n_archs)
+    defaults = [c for c in conditions if c.dtype == section.dtypes[0]
                 and c == Condition(**{**c.as_dict(), "attention": "default", "quant": "none",
                                       "compile": False, "recompute": False})]
     parts = []
@@ -128,13 +129,13 @@ def _breakdown(section: dict[str, Any], space: SearchSpace, chosen: Sequence[Arc
         for condition in defaults:
             try:
                 parts += breakdown_rows(space, arch, vocab_size, condition, device, settings,
-                                        section["breakdown"]["repeats"])
+                                        section.breakdown.repeats)
             except Unsupported as err:
                 log.warning("breakdown of %s skipped: %s", arch.id, err)
     return parts
 
 
-def measure_runtime(section: dict[str, Any], threads: int, space: SearchSpace,
+def measure_runtime(section: RuntimeSettings, threads: int, space: SearchSpace,
                     archs: Sequence[Arch], vocab_size: int, label: str,
                     aliases: dict[str, str]) -> RuntimeTables:
     """The runtime stage's tables of this machine, labelled ``label``."""
@@ -143,14 +144,14 @@ def measure_runtime(section: dict[str, Any], threads: int, space: SearchSpace,
     settings = runtime_settings(section, threads, device)
     identity = fingerprint(threads, device)
     resolved = resolve_label(label, identity, aliases)
-    chosen = spread_archs(archs, space, vocab_size, section["n_archs"])
+    chosen = spread_archs(archs, space, vocab_size, section.n_archs)
     extra = {"device": resolved, "scale": space.name, **identity, **library_versions()}
     rows = []
     conditions = runtime_conditions(section, device)
     for condition in tqdm(conditions, desc="runtime", unit="condition"):
         rows += [extra | row for row in measure_condition(space, chosen, vocab_size, condition,
                                                           device, settings)]
-    repeated = repeat_archs(chosen, space, vocab_size, section.get("repeat_share", 0.0))
+    repeated = repeat_archs(chosen, space, vocab_size, section.repeat_share)
     repeats = {(row["arch_id"], row["condition"]): row["latency_ms"]
                for condition in tqdm(conditions if repeated else [], desc="runtime repeat",
                                      unit="condition")
@@ -159,13 +160,13 @@ def measure_runtime(section: dict[str, Any], threads: int, space: SearchSpace,
     rows = [row | {"latency_repeat_ms": repeats.get((row["arch_id"], row["condition"]))}
             for row in rows]
     parts = _breakdown(section, space, chosen, vocab_size, conditions, device, settings)
-    serving = section["serving"]
-    served = spread_archs(chosen, space, vocab_size, serving["n_archs"])
+    serving = section.serving
+    served = spread_archs(chosen, space, vocab_size, serving.n_archs)
     swept = serving_sweep(
         lambda condition: measure_condition(space, served, vocab_size, condition, device,
                                             settings),
-        tqdm(serving["batch_sizes"], desc="serving", unit="batch size"), section["seq_len"],
-        section["gen_len"], section["dtypes"][0])
+        tqdm(serving.batch_sizes, desc="serving", unit="batch size"), section.seq_len,
+        section.gen_len, section.dtypes[0])
     runtime = pl.DataFrame(rows, schema_overrides=nullable_columns() | {"tokens_per_s": pl.Float64},
                            infer_schema_length=None)
     breakdown = pl.DataFrame(parts, infer_schema_length=None).with_columns(
@@ -178,19 +179,19 @@ def measure_runtime(section: dict[str, Any], threads: int, space: SearchSpace,
     return RuntimeTables(runtime, breakdown, serving_table, parallel)
 
 
-def _parallel(section: dict[str, Any], space: SearchSpace, chosen: Sequence[Arch],
+def _parallel(section: RuntimeSettings, space: SearchSpace, chosen: Sequence[Arch],
               vocab_size: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The parallel train step's rows (every rank) and their collectives as breakdown rows
     (``parallel`` names the mode; ``workload`` is ``train_step``), from a torchrun job."""
-    spec = section["parallel"]
-    archs = spread_archs(chosen, space, vocab_size, spec["n_archs"])
+    spec = section.parallel
+    archs = spread_archs(chosen, space, vocab_size, spec.n_archs)
     if not archs:
         return pl.DataFrame(), pl.DataFrame()
     tables = launch_parallel(
-        space, archs, vocab_size, modes=spec["modes"], recompute_values=spec["recompute"],
-        dtypes=spec["dtypes"], batch_size=spec["batch_size"], seq_len=section["seq_len"],
-        warmup=section["warmup"], repeats=spec["repeats"], seed=section["seed"],
-        profile_steps=spec["profile_steps"], cpu_ranks=spec["cpu_ranks"])
+        space, archs, vocab_size, modes=spec.modes, recompute_values=spec.recompute,
+        dtypes=spec.dtypes, batch_size=spec.batch_size, seq_len=section.seq_len,
+        warmup=section.warmup, repeats=spec.repeats, seed=section.seed,
+        profile_steps=spec.profile_steps, cpu_ranks=spec.cpu_ranks)
     collectives = tables.breakdown.rename({"mode": "parallel", "device": "torch_device"})
     return (tables.runtime.rename({"device": "torch_device"}),
             collectives.with_columns(workload=pl.lit("train_step")))

@@ -26,6 +26,7 @@ from ..meters.device import default_device
 from ..metrics import measurement_frame
 from ..predictors.features import feature_matrix
 from ..predictors.store import save_surrogate
+from ..settings.sections import MeasureSettings
 from ..space import Arch, SearchSpace
 from .methods import make_method
 from .model import AdaptedSurrogate
@@ -39,7 +40,7 @@ MEASURED = "measurements.parquet"
 LABEL = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 
 
-def measure_for_adaptation(measure_section: Mapping[str, Any], space: SearchSpace,
+def measure_for_adaptation(measure_section: MeasureSettings, space: SearchSpace,
                            candidates: Sequence[Arch], vocab_size: int, label: str, k: int,
                            selection: str, seed: int) -> pl.DataFrame:
     """Measure k of the candidate archs on this machine under every condition of the measure

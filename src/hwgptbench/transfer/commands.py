@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -21,6 +22,7 @@ from ..options import (
     vocab_size,
     vocab_source,
 )
+from ..settings.sections import MeasureSettings
 from ..space import read_archs
 
 log = logging.getLogger("hwgptbench")
@@ -79,8 +81,8 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     if args.measurements:
         target = pl.read_parquet(args.measurements)
     else:
-        measure = config["measure"]
-        device = device_label({**measure, "device": device}, measure["threads"])
+        measure = MeasureSettings.of(config["measure"])
+        device = device_label(replace(measure, device=device), measure.threads)
         candidates = read_archs(args.archs or layout.archs(args.scale, args.results))
         target = measure_for_adaptation(measure, space, candidates, vocab, device, k,
                                         selection, section["seed"])

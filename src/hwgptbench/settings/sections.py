@@ -1,0 +1,228 @@
+"""The params sections as frozen dataclasses, one per section, with the schema's field names
+(src/hwgptbench/schemas/params.schema.yaml holds each field's meaning and bounds). Lists are
+tuples; a field the schema lets a file leave out has the default the code applied before.
+
+Built with :func:`hwgptbench.settings.build.build` (``MeasureSettings.of(section)``) at the
+command boundary; a command's params reads are the ``SECTION`` names of the types it builds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, TypeVar
+
+from .build import build
+
+Dtype = Literal["fp32", "bf16", "fp16"]
+Estimator = Literal["median", "min", "cpu_median"]
+S = TypeVar("S", bound="SectionSettings")
+
+
+class SectionSettings:
+    """What every section's dataclass shares: its section name and its builder."""
+
+    SECTION: ClassVar[str]
+
+    @classmethod
+    def of(cls: type[S], values: Mapping[str, Any]) -> S:
+        """This section's settings from its validated params mapping."""
+        return build(cls, values, cls.SECTION)
+
+
+@dataclass(frozen=True)
+class CorpusSettings:
+    """Where the data stage's text comes from (``data.corpus``)."""
+
+    source: Literal["text_files", "huggingface"]
+    path: str | None = None
+    pattern: str | None = None
+    dataset: str | None = None
+    config: str | None = None
+    split: str | None = None
+    revision: str | None = None
+    text_field: str | None = None
+    max_documents: int | None = None
+
+
+@dataclass(frozen=True)
+class TokenizerSettings:
+    """The tokenizer trained or read by the data stage (``data.tokenizer``)."""
+
+    kind: Literal["bpe", "file"]
+    vocab_size: int | None = None
+    min_frequency: int = 2
+    file: str | None = None
+
+
+@dataclass(frozen=True)
+class DataSettings(SectionSettings):
+    """The data stage: corpus, tokenizer and token shards."""
+
+    SECTION: ClassVar[str] = "data"
+    name: str
+    corpus: CorpusSettings
+    tokenizer: TokenizerSettings
+    val_fraction: float
+    shard_tokens: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class SampleSettings(SectionSettings):
+    """The archs sampled from each space for evaluation and measuring."""
+
+    SECTION: ClassVar[str] = "sample"
+    n_archs: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class HWGPTBenchSource:
+    """HW-GPT-Bench's published perplexities (``perplexity.hwgptbench``)."""
+
+    url: str
+    rev: str
+    files: str
+    vocab_size: int
+    source_url: str | None = None
+
+
+@dataclass(frozen=True)
+class PerplexitySettings(SectionSettings):
+    """The perplexity stage: inherited-weight evaluation of the sampled archs."""
+
+    SECTION: ClassVar[str] = "perplexity"
+    source: Literal["supernet", "hwgptbench"]
+    hwgptbench: HWGPTBenchSource
+    batches: int
+    batch_size: int
+    device: Literal["auto", "cpu", "cuda"]
+    seed: int
+
+
+@dataclass(frozen=True)
+class MeasureSettings(SectionSettings):
+    """The measure stage: the conditions, timing protocol and memory budget of a campaign."""
+
+    SECTION: ClassVar[str] = "measure"
+    device: str
+    aliases: dict[str, str]
+    batch_sizes: tuple[int, ...]
+    seq_lens: tuple[int, ...]
+    dtypes: tuple[Dtype, ...]
+    launch: tuple[Literal["eager", "cuda_graph"], ...]
+    threads: int
+    shards: int
+    warmup: int
+    min_repeats: int
+    max_repeats: int
+    target_rel_ci: float
+    max_seconds: float
+    interleave: bool
+    memory_budget_gb: float | None
+    group_anchors: int
+    energy_window_s: float
+    memory: bool
+    seed: int
+    repeat_share: float = 0.0
+    estimator: Estimator = "median"
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """The options the runtime stage varies one at a time (``runtime.options``)."""
+
+    attention: tuple[Literal["math", "flash", "efficient", "cudnn"], ...] = ()
+    quant: tuple[Literal["int8"], ...] = ()
+    compile: tuple[Literal[True], ...] = ()
+    recompute: tuple[Literal[True], ...] = ()
+
+    def items(self) -> list[tuple[str, tuple[Any, ...]]]:
+        """(option, values) of each option, in the schema's order."""
+        return [("attention", self.attention), ("quant", self.quant),
+                ("compile", self.compile), ("recompute", self.recompute)]
+
+
+@dataclass(frozen=True)
+class BreakdownSettings:
+    """The per-module time breakdown (``runtime.breakdown``)."""
+
+    n_archs: int
+    repeats: int
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    """The serving sweep over batch sizes (``runtime.serving``)."""
+
+    n_archs: int
+    batch_sizes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ParallelSettings:
+    """The data-parallel train-step modes (``runtime.parallel``)."""
+
+    n_archs: int
+    modes: tuple[Literal["none", "ddp", "zero1", "zero2", "zero3"], ...]
+    recompute: tuple[bool, ...]
+    dtypes: tuple[Literal["fp32", "bf16"], ...]
+    batch_size: int
+    cpu_ranks: int
+    repeats: int
+    profile_steps: int
+
+
+@dataclass(frozen=True)
+class RuntimeSettings(SectionSettings):
+    """The runtime stage: workloads, options, breakdown, serving and parallel modes."""
+
+    SECTION: ClassVar[str] = "runtime"
+    n_archs: int
+    batch_size: int
+    seq_len: int
+    gen_len: int
+    workloads: tuple[Literal["prefill", "decode", "train_step"], ...]
+    dtypes: tuple[Dtype, ...]
+    options: RuntimeOptions
+    warmup: int
+    min_repeats: int
+    max_repeats: int
+    target_rel_ci: float
+    max_seconds: float
+    breakdown: BreakdownSettings
+    serving: ServingSettings
+    parallel: ParallelSettings
+    seed: int
+    repeat_share: float = 0.0
+    estimator: Estimator = "median"
+
+
+@dataclass(frozen=True)
+class MLPEnsembleSettings:
+    """The MLP ensemble surrogate family (``surrogate.mlp_ensemble``)."""
+
+    hidden: int
+    layers: int
+    members: int
+    epochs: int
+    lr: float
+    weight_decay: float
+
+
+@dataclass(frozen=True)
+class SurrogateSettings(SectionSettings):
+    """The surrogates stage: families, their settings, intervals and cross-validation."""
+
+    SECTION: ClassVar[str] = "surrogate"
+    metrics: tuple[str, ...]
+    families: tuple[Literal["lightgbm", "mlp_ensemble", "linear"], ...]
+    default_family: Literal["best", "lightgbm", "mlp_ensemble", "linear", "blend"]
+    lightgbm: dict[str, Any]
+    mlp_ensemble: MLPEnsembleSettings
+    coverage: float
+    folds: int
+    min_rows: int
+    seed: int
+    workers: int | None = None
