@@ -20,6 +20,7 @@ import device_table
 import polars as pl
 
 from hwgptbench.predictors import fitting as surrogates
+from hwgptbench.settings.sections import SurrogateSettings
 
 VARIANTS = {  # name -> (families, LightGBM parameters added); None: the params' and linear
     "params": (None, {}),
@@ -38,7 +39,8 @@ def main() -> None:
         section = {**base, "lightgbm": {**base["lightgbm"], **lightgbm},
                    "families": families or list(dict.fromkeys([*base["families"], "linear"]))}
         with tempfile.TemporaryDirectory() as out:
-            quality = surrogates.fit_device(section, space, vocab, table, Path(out) / "m")
+            quality = surrogates.fit_device(SurrogateSettings.of(section),
+                                            space, vocab, table, Path(out) / "m")
         if name == "linear_tree":
             quality = quality.with_columns(family=pl.lit("lightgbm_linear_tree"))
         tables.append(quality.filter(pl.col("status") == "ok").with_columns(variant=pl.lit(name)))

@@ -14,9 +14,12 @@ import time
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from hwgptbench.settings.sections import SurrogateSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -107,6 +110,17 @@ def set_param(repo: Path, path: list[str], value: object) -> None:
         node = node[key]
     node[path[-1]] = value
     (repo / "params.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def surrogate_settings(section: dict[str, Any]) -> SurrogateSettings:
+    """A surrogate section written in a test (only what it sets) as settings: params.yaml's
+    surrogate section under it, with one worker unless it says otherwise."""
+    import yaml
+
+    from hwgptbench.settings.sections import SurrogateSettings
+
+    base = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["surrogate"]
+    return SurrogateSettings.of(base | {"workers": 1} | section)
 
 
 def use_test_params(repo: Path) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from conftest import run
+from conftest import run, surrogate_settings
 from hwgptbench import Benchmark
 from hwgptbench.api import QueryError, closest_conditions, measured_default
 from hwgptbench.predictors import fitting as surrogates
@@ -66,8 +66,9 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     perplexity.write_parquet(scale / "perplexity.parquet")
     device_table.write_parquet(scale / "measurements.parquet")
     folder = scale / "surrogates"
-    q1 = surrogates.fit_perplexity(SECTION, SPACE, VOCAB, perplexity, folder / "perplexity")
-    q2 = surrogates.fit_device(SECTION, SPACE, VOCAB, device_table,
+    q1 = surrogates.fit_perplexity(surrogate_settings(SECTION),
+                                   SPACE, VOCAB, perplexity, folder / "perplexity")
+    q2 = surrogates.fit_device(surrogate_settings(SECTION), SPACE, VOCAB, device_table,
                                folder / "devices" / DEVICE)
     merge_quality([folder / "perplexity" / "quality.parquet",
                               folder / "devices" / DEVICE / "quality.parquet"], "tiny",
@@ -202,8 +203,9 @@ def test_best_family_is_the_one_each_quality_table_selected(tmp_path: Path) -> N
     section = {**SECTION, "families": ["lightgbm", "mlp_ensemble"],
                "mlp_ensemble": {"members": 2, "epochs": 60, "hidden": 16}}
     folder = tmp_path / "tiny" / "surrogates"
-    surrogates.fit_perplexity(section, SPACE, VOCAB, perplexity, folder / "perplexity")
-    quality = surrogates.fit_device(section, SPACE, VOCAB, device_table,
+    surrogates.fit_perplexity(surrogate_settings(section),
+                              SPACE, VOCAB, perplexity, folder / "perplexity")
+    quality = surrogates.fit_device(surrogate_settings(section), SPACE, VOCAB, device_table,
                                     folder / "devices" / DEVICE)
     fitted = quality.filter(pl.col("status") == "ok")
     assert fitted.group_by("metric", "condition").agg(pl.col("selected").sum())[
@@ -270,7 +272,8 @@ def test_latency_quality_carries_the_ceiling_of_its_repeat_visit(tmp_path: Path)
     repeat = device_table["latency_ms"] * rng.uniform(0.95, 1.05, device_table.height) * 1.1
     repeated = device_table.with_columns(
         latency_repeat_ms=pl.when(pl.int_range(pl.len()) % 3 == 0).then(repeat))
-    quality = surrogates.fit_device(SECTION, SPACE, VOCAB, repeated, tmp_path / "with")
+    quality = surrogates.fit_device(surrogate_settings(SECTION),
+                                    SPACE, VOCAB, repeated, tmp_path / "with")
     latency = quality.filter(pl.col("metric") == "latency_ms").row(0, named=True)
     pairs = repeated.filter(pl.col("latency_repeat_ms").is_not_null())
     expected = surrogates.latency_ceiling(repeated)
@@ -281,5 +284,6 @@ def test_latency_quality_carries_the_ceiling_of_its_repeat_visit(tmp_path: Path)
                                      >= latency["ceiling_kendall_tau"] - 0.02)
     memory = quality.filter(pl.col("metric") == "memory_peak_mb").row(0, named=True)
     assert memory["ceiling_archs"] is None and memory["at_ceiling"] is None
-    plain = surrogates.fit_device(SECTION, SPACE, VOCAB, device_table, tmp_path / "without")
+    plain = surrogates.fit_device(surrogate_settings(SECTION),
+                                  SPACE, VOCAB, device_table, tmp_path / "without")
     assert plain["ceiling_kendall_tau"].is_null().all()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import hwgptbench
+from conftest import surrogate_settings
 from hwgptbench.errors import UserError
 from hwgptbench.predictors import fitting as surrogates
 from hwgptbench.space import SearchSpace
@@ -63,9 +64,11 @@ def test_stale_surrogates_are_a_clear_error(tmp_path: Path, capsys: pytest.Captu
 
     perplexity, device_table = synthetic_tables()
     folder = tmp_path / "tiny" / "surrogates"
-    surrogates.fit_perplexity(SECTION, SPACE, VOCAB, perplexity, folder / "perplexity")
+    surrogates.fit_perplexity(surrogate_settings(SECTION),
+                              SPACE, VOCAB, perplexity, folder / "perplexity")
     widened = SearchSpace.from_dict("tiny", {**SPACE.to_dict(), "n_layer": [2, 3, 4, 5]})
-    surrogates.fit_device(SECTION, widened, VOCAB, device_table, folder / "devices" / DEVICE)
+    surrogates.fit_device(surrogate_settings(SECTION),
+                          widened, VOCAB, device_table, folder / "devices" / DEVICE)
     code = cli.main(["query", "--results", str(tmp_path), "--metric", "perplexity",
                      "--arch", SPACE.sample(1, seed=0)[0].id])
     err = capsys.readouterr().err

@@ -27,7 +27,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO_ROOT, Hostile, make_project, run
+from conftest import REPO_ROOT, Hostile, make_project, run, surrogate_settings
 from hwgptbench import layout, params
 from hwgptbench.cli import main
 from hwgptbench.errors import UserError
@@ -96,7 +96,8 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     table = pl.DataFrame({"arch_id": [a.id for a in archs], "train_steps": 10,
                           "perplexity": 100 / np.log(size + 2)})
     folder = Path(layout.surrogates("tiny", str(root)))
-    surrogates.fit_perplexity(SECTION, SPACE, VOCAB, table, folder / "perplexity")
+    surrogates.fit_perplexity(surrogate_settings(SECTION),
+                              SPACE, VOCAB, table, folder / "perplexity")
     merge_quality([folder / "perplexity" / "quality.parquet"], "tiny",
                              folder / "quality.parquet", root / "tiny" / "q.json")
     return root

@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, surrogate_settings
 from hwgptbench import params
 from hwgptbench.measure import stage as measurements
 from hwgptbench.metrics import (
@@ -78,7 +78,7 @@ def test_a_registered_metric_is_measured_fitted_and_labelled(toy: Metric, tmp_pa
     small, large = table.sort("params")["toy_weights_kb"][[0, -1]]
     assert 0 < small < large
 
-    quality = fit_device(FIT, SPACE, VOCAB, table, tmp_path / "surrogates")
+    quality = fit_device(surrogate_settings(FIT), SPACE, VOCAB, table, tmp_path / "surrogates")
     toy_rows = quality.filter(pl.col("metric") == "toy_weights_kb")
     assert toy_rows["status"].to_list() == ["ok"]
     assert toy_rows["spearman_rho"][0] > 0.8  # weight bytes follow the arch closely

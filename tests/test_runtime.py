@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, surrogate_settings
 from hwgptbench.api import Benchmark, QueryError
 from hwgptbench.figures.runtime import (
     breakdown_bars,
@@ -282,7 +282,7 @@ def test_conditions_are_queried_by_their_fields(measured: runtime.RuntimeTables,
     section |= {"families": ["lightgbm"], "min_rows": 4, "folds": 2,
                 "metrics": ["latency_ms"]}
     out = tmp_path / "results" / "small" / "surrogates" / "devices" / "cpu-test"
-    quality = surrogates.fit_device(section, SPACE, VOCAB, table, out)
+    quality = surrogates.fit_device(surrogate_settings(section), SPACE, VOCAB, table, out)
     assert quality.filter(pl.col("status") == "ok").height == table.filter(
         pl.col("status") == "ok")["condition"].n_unique()
     bench = Benchmark.load("small", tmp_path / "results")

@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 import torch
 
-from conftest import Hostile
+from conftest import Hostile, surrogate_settings
 from hwgptbench import Benchmark
 from hwgptbench.compress import finetune
 from hwgptbench.evaluation.perplexity import evaluate_supernets
@@ -109,7 +109,7 @@ def test_benchmark_refuses_a_surrogate_holding_code(tmp_path: Path, marker: Path
                "coverage": 0.9, "mlp_ensemble": {"hidden": 8, "layers": 1, "members": 2,
                                                  "epochs": 5}}
     folder = scale / "surrogates"
-    surrogates.fit_perplexity(section, SPACE, 64, table, folder / "perplexity")
+    surrogates.fit_perplexity(surrogate_settings(section), SPACE, 64, table, folder / "perplexity")
     merge_quality([folder / "perplexity" / "quality.parquet"], "tiny",
                              folder / "quality.parquet", scale / "surrogate_quality.json")
     assert Benchmark.load("tiny", tmp_path / "results").query(archs[:2], "perplexity").height == 2

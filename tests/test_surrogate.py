@@ -10,6 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from conftest import surrogate_settings
 from hwgptbench.meters.flops import forward_flops
 from hwgptbench.predictors import fitting as surrogates
 from hwgptbench.predictors.base import Surrogate
@@ -248,7 +249,8 @@ def test_fit_perplexity_one_surrogate_per_fidelity(tmp_path: Path) -> None:
     section = {"families": ["lightgbm"], "lightgbm": {"num_iterations": 20, "num_leaves": 4,
                                                       "min_data_in_leaf": 3},
                "coverage": 0.9, "folds": 3, "min_rows": 10, "seed": 0}
-    quality = surrogates.fit_perplexity(section, sp, VOCAB, table, tmp_path / "perplexity")
+    quality = surrogates.fit_perplexity(surrogate_settings(section), sp, VOCAB, table,
+                                        tmp_path / "perplexity")
     assert quality.select("condition", "status").rows() == [
         ("any", "ok"), ("steps-20", "ok"), ("steps-10", "ok")]
     X = feature_matrix(sp, archs, VOCAB, 1, sp.block_size)
@@ -272,7 +274,8 @@ def test_blend_is_the_mean_of_the_families_and_scored_out_of_fold(tmp_path: Path
                                              "min_data_in_leaf": 3},
                "mlp_ensemble": {"hidden": 16, "layers": 1, "members": 2, "epochs": 50,
                                 "lr": 0.01, "weight_decay": 0.0}}
-    quality = surrogates.fit_perplexity(section, sp, VOCAB, table, tmp_path / "perplexity")
+    quality = surrogates.fit_perplexity(surrogate_settings(section), sp, VOCAB, table,
+                                        tmp_path / "perplexity")
     assert quality["family"].to_list() == ["lightgbm", "mlp_ensemble", "blend"]
     assert quality["lightgbm_version"].unique().to_list() == [version("lightgbm")]
     assert quality["selected"].sum() == 1

@@ -24,7 +24,7 @@ import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from ..meters.condition import CONDITION_KEYS, condition_id, with_condition_colu
 from ..metrics import reason_column
 from ..repeatability import REPEAT_MIN, agreement, at_ceiling
 from ..schema import ANY
+from ..settings.sections import SurrogateSettings
 from ..space import SearchSpace, read_archs_from
 from ..versions import library_versions
 from .base import Surrogate
@@ -74,16 +75,16 @@ def fidelity_condition(train_steps: int) -> str:
     return f"steps-{train_steps}"
 
 
-def make_factory(section: dict[str, Any], family: str) -> Callable[[], Surrogate]:
+def make_factory(section: SurrogateSettings, family: str) -> Callable[[], Surrogate]:
     """A constructor of fresh, unfitted surrogates of a family, from the params section; the
     families' own interval calibration is off, the stage calibrates every family alike
     (:mod:`.conformal`)."""
-    coverage, seed = section["coverage"], section["seed"]
+    coverage, seed = section.coverage, section.seed
     if family == "lightgbm":
         from .lightgbm_model import LightGBMSurrogate
 
         tail = (1 - coverage) / 2
-        return lambda: LightGBMSurrogate(section["lightgbm"], (tail, 1 - tail), seed=seed,
+        return lambda: LightGBMSurrogate(section.lightgbm, (tail, 1 - tail), seed=seed,
                                          calibration_folds=0)
     if family == "linear":
         from .linear import LinearSurrogate
@@ -91,22 +92,22 @@ def make_factory(section: dict[str, Any], family: str) -> Callable[[], Surrogate
         return lambda: LinearSurrogate(coverage)
     from .mlp import MLPEnsembleSurrogate
 
-    return lambda: MLPEnsembleSurrogate(**section["mlp_ensemble"], seed=seed, coverage=coverage,
-                                        calibration_folds=0)
+    return lambda: MLPEnsembleSurrogate(**asdict(section.mlp_ensemble), seed=seed,
+                                        coverage=coverage, calibration_folds=0)
 
 
-def _base_row(section: dict[str, Any], metric: str, device: str, condition: str
+def _base_row(section: SurrogateSettings, metric: str, device: str, condition: str
               ) -> dict[str, Any]:
     """The fields a quality row of (metric, device, condition) starts with."""
     return {"metric": metric, "device": device, "condition": condition,
-            "nominal_coverage": section["coverage"]}
+            "nominal_coverage": section.coverage}
 
 
-def _skipped(section: dict[str, Any], base: dict[str, Any], reason: str, rows: int
+def _skipped(section: SurrogateSettings, base: dict[str, Any], reason: str, rows: int
              ) -> list[dict[str, Any]]:
     """Quality rows saying that no family was fitted, and why."""
     return [{**base, "family": family, "status": "skipped", "reason": reason, "rows": rows}
-            for family in section["families"]]
+            for family in section.families]
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ class _Target:
     ids: list[str]
 
 
-def _scored(section: dict[str, Any], target: _Target, family: str, quality: dict[str, Any]
+def _scored(section: SurrogateSettings, target: _Target, family: str, quality: dict[str, Any]
             ) -> tuple[dict[str, Any], pl.DataFrame]:
     """The quality row of a family on a target and its out-of-fold predictions."""
     meta = target.metadata
@@ -138,30 +139,30 @@ def _scored(section: dict[str, Any], target: _Target, family: str, quality: dict
     return row, predictions
 
 
-def _calibrated_score(section: dict[str, Any], target: _Target, point: np.ndarray,
+def _calibrated_score(section: SurrogateSettings, target: _Target, point: np.ndarray,
                       low: np.ndarray, high: np.ndarray) -> tuple[dict[str, Any], float, bool]:
     """Scores of out-of-fold predictions whose intervals are conformally calibrated without
     their own fold, and the widening of all folds for the stored model."""
-    folds = fold_indices(len(target.y), section["folds"], section["seed"])
+    folds = fold_indices(len(target.y), section.folds, section.seed)
     low, high, by, log_space = cross_conformal(target.y, point, low, high, folds,
-                                               section["coverage"])
+                                               section.coverage)
     return score(target.y, point, low, high), by, log_space
 
 
-def _fit_family(section: dict[str, Any], target: _Target, family: str
+def _fit_family(section: SurrogateSettings, target: _Target, family: str
                 ) -> tuple[dict[str, Any], pl.DataFrame]:
     """Cross-validate and fit one family on a target, calibrate its interval out of fold;
     save it; return its quality row and the out-of-fold predictions of the target's archs."""
     factory = make_factory(section, family)
-    point, low, high = out_of_fold(factory, target.X, target.y, section["folds"],
-                                   section["seed"])
+    point, low, high = out_of_fold(factory, target.X, target.y, section.folds,
+                                   section.seed)
     quality, by, log_space = _calibrated_score(section, target, point, low, high)
     save_surrogate(ConformalSurrogate(factory().fit(target.X, target.y), by, log_space),
                    target.folder / family, {**target.metadata, "training_rows": len(target.y)})
     return _scored(section, target, family, quality)
 
 
-def _fit_blend(section: dict[str, Any], target: _Target, members: list[pl.DataFrame]
+def _fit_blend(section: SurrogateSettings, target: _Target, members: list[pl.DataFrame]
                ) -> tuple[dict[str, Any], pl.DataFrame]:
     """Score the blend of a target's fitted families on their out-of-fold predictions (same
     folds, so that is the blend's own out-of-fold prediction), calibrate its interval like a
@@ -177,14 +178,13 @@ def _fit_blend(section: dict[str, Any], target: _Target, members: list[pl.DataFr
     return _scored(section, target, BlendSurrogate.family, quality)
 
 
-def _fit_targets(section: dict[str, Any], targets: list[_Target | list[dict[str, Any]]],
+def _fit_targets(section: SurrogateSettings, targets: list[_Target | list[dict[str, Any]]],
                  staging: Path) -> pl.DataFrame:
     """Fit every family of every target (a list of quality rows stands for a target that
     was skipped), ``surrogate.workers`` fits at a time; write and return the quality table."""
     jobs = [(target, family) for target in targets if isinstance(target, _Target)
-            for family in section["families"]]
-    # absent: 1 (sections built by hand); null: one process per core
-    workers = min(section.get("workers", 1) or os.cpu_count() or 1, max(len(jobs), 1))
+            for family in section.families]
+    workers = min(section.workers or os.cpu_count() or 1, max(len(jobs), 1))
     progress = tqdm(total=len(jobs), desc="surrogate fits", unit="fit")
     results = []
     with contextlib.ExitStack() as stack:
@@ -209,7 +209,7 @@ def _fit_targets(section: dict[str, Any], targets: list[_Target | list[dict[str,
         if not isinstance(target, _Target):
             rows += target
             continue
-        members = [next(fitted_rows) for _family in section["families"]]
+        members = [next(fitted_rows) for _family in section.families]
         if len(members) > 1:
             members.append(_fit_blend(section, target, [p for _, p in members]))
         rows += [row for row, _ in members]
@@ -217,13 +217,13 @@ def _fit_targets(section: dict[str, Any], targets: list[_Target | list[dict[str,
     return _write_quality(rows, predictions, staging)
 
 
-def _target(section: dict[str, Any], X: np.ndarray, y: np.ndarray, folder: Path,
+def _target(section: SurrogateSettings, X: np.ndarray, y: np.ndarray, folder: Path,
             metadata: dict[str, Any], ids: Sequence[str]) -> _Target | list[dict[str, Any]]:
     """A target to fit, or its skipped quality rows when it has too few measured archs."""
-    if len(y) < section["min_rows"]:
+    if len(y) < section.min_rows:
         base = _base_row(section, metadata["metric"], metadata["device"],
                          metadata["condition"])
-        reason = f"{len(y)} measured archs < surrogate.min_rows {section['min_rows']}"
+        reason = f"{len(y)} measured archs < surrogate.min_rows {section.min_rows}"
         log.warning("%s %s %s: no surrogate: %s", *list(base.values())[:3], reason)
         return _skipped(section, base, reason, len(y))
     return _Target(X, y, folder, metadata, list(ids))
@@ -238,7 +238,7 @@ def _metadata(space: SearchSpace, metric: str, device: str, condition: str,
                              "seq_len": seq_len}}
 
 
-def fit_perplexity(section: dict[str, Any], space: SearchSpace, vocab_size: int,
+def fit_perplexity(section: SurrogateSettings, space: SearchSpace, vocab_size: int,
                    table: pl.DataFrame, out_dir: str | os.PathLike[str],
                    metric: str = "perplexity") -> pl.DataFrame:
     """Surrogates of perplexity (or another device-independent ``metric`` column of the
@@ -273,7 +273,7 @@ def latency_ceiling(group: pl.DataFrame) -> dict[str, float | int] | None:
     return agreement(pairs["latency_ms"].to_numpy(), pairs["latency_repeat_ms"].to_numpy())
 
 
-def fit_device(section: dict[str, Any], space: SearchSpace, vocab_size: int,
+def fit_device(section: SurrogateSettings, space: SearchSpace, vocab_size: int,
                table: pl.DataFrame, out_dir: str | os.PathLike[str]) -> pl.DataFrame:
     """Surrogates of each hardware metric and condition of one device's table (its main
     measurements, and its runtime-dissection rows where measured); a latency surrogate's
@@ -292,7 +292,7 @@ def fit_device(section: dict[str, Any], space: SearchSpace, vocab_size: int,
             X = feature_matrix(space, read_archs_from(group), vocab_size, key[0], key[1])
             fingerprint = group.select(fingerprint_columns).row(0, named=True)
             ceiling = latency_ceiling(group)
-            for metric in section["metrics"]:
+            for metric in section.metrics:
                 present = group[metric].is_not_null().to_numpy()
                 metadata = _metadata(space, metric, devices[0], condition, fingerprint,
                                      vocab_size, key[0], key[1])

@@ -16,25 +16,25 @@ import json
 import logging
 import os
 import time
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from .. import __version__, layout
 from ..io import atomic_dir
 from ..predictors.store import FORMAT as SURROGATE_FORMAT
+from ..settings.sections import SurrogateSettings
 from ..versions import library_versions
 from . import FOLDER, device_tables, digest, perplexity_table, space, vocab_size
 
 log = logging.getLogger(__name__)
 
 # The surrogate stage's params section of these fits (params.yaml's defaults, LightGBM only)
-FIT: dict[str, Any] = {
-    "metrics": ["latency_ms", "energy_mj", "memory_peak_mb"],
-    "families": ["lightgbm"],
-    "lightgbm": {"num_iterations": 200, "num_leaves": 15, "learning_rate": 0.05,
-                 "min_data_in_leaf": 5},
-    "coverage": 0.9, "folds": 5, "min_rows": 20, "workers": 1, "seed": 0,
-}
+FIT = SurrogateSettings(
+    metrics=("latency_ms", "energy_mj", "memory_peak_mb"), families=("lightgbm",),
+    default_family="lightgbm",
+    lightgbm={"num_iterations": 200, "num_leaves": 15, "learning_rate": 0.05,
+              "min_data_in_leaf": 5},
+    coverage=0.9, folds=5, min_rows=20, workers=1, seed=0)
 # device-independent metrics of the perplexity table, each with its own surrogates
 TABLE_METRICS = ("perplexity", "accuracy")
 
@@ -42,8 +42,8 @@ TABLE_METRICS = ("perplexity", "accuracy")
 def cache_key(scale: str, folder: str | os.PathLike[str] = FOLDER) -> str:
     """What the cached surrogates depend on: the tables, the settings, the fitting code and the
     format of a surrogate folder (a cache of an older format is fitted afresh)."""
-    text = json.dumps({"tables": digest(scale, folder), "fit": FIT, "hwgptbench": __version__,
-                       "surrogate_format": SURROGATE_FORMAT,
+    text = json.dumps({"tables": digest(scale, folder), "fit": asdict(FIT),
+                       "hwgptbench": __version__, "surrogate_format": SURROGATE_FORMAT,
                        **library_versions("lightgbm", "numpy", "scikit-learn")}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -201,14 +201,14 @@ class RuntimeSettings(SectionSettings):
 
 @dataclass(frozen=True)
 class MLPEnsembleSettings:
-    """The MLP ensemble surrogate family (``surrogate.mlp_ensemble``)."""
+    """The MLP ensemble surrogate family (``surrogate.mlp_ensemble``; defaults: params.yaml's)."""
 
-    hidden: int
-    layers: int
-    members: int
-    epochs: int
-    lr: float
-    weight_decay: float
+    hidden: int = 64
+    layers: int = 2
+    members: int = 5
+    epochs: int = 150
+    lr: float = 0.01
+    weight_decay: float = 1e-4
 
 
 @dataclass(frozen=True)
@@ -218,11 +218,11 @@ class SurrogateSettings(SectionSettings):
     SECTION: ClassVar[str] = "surrogate"
     metrics: tuple[str, ...]
     families: tuple[Literal["lightgbm", "mlp_ensemble", "linear"], ...]
-    default_family: Literal["best", "lightgbm", "mlp_ensemble", "linear", "blend"]
     lightgbm: dict[str, Any]
-    mlp_ensemble: MLPEnsembleSettings
     coverage: float
     folds: int
     min_rows: int
     seed: int
-    workers: int | None = None
+    default_family: Literal["best", "lightgbm", "mlp_ensemble", "linear", "blend"] = "best"
+    mlp_ensemble: MLPEnsembleSettings = MLPEnsembleSettings()
+    workers: int | None = None  # None: one process per core

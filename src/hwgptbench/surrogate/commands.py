@@ -7,7 +7,8 @@ import logging
 
 import polars as pl
 
-from ..options import Add, load, scale_and_vocab, space_of, vocab_size
+from ..options import Add, load, load_settings, scale_and_vocab, space_of, vocab_size
+from ..settings.sections import SurrogateSettings
 
 log = logging.getLogger("hwgptbench")
 
@@ -16,8 +17,8 @@ def cmd_fit_surrogates(args: argparse.Namespace) -> None:
     """Fit and cross-validate the surrogates of one device's table, or of perplexity."""
     from ..predictors.fitting import fit_device, fit_perplexity
 
-    config = load(args, ["surrogate", "spaces"])
-    section, space, vocab = config["surrogate"], space_of(config, args.scale), vocab_size(args)
+    section = load_settings(args, SurrogateSettings)
+    space, vocab = space_of(load(args, ["spaces"]), args.scale), vocab_size(args)
     if args.perplexity:
         quality = fit_perplexity(section, space, vocab, pl.read_parquet(args.perplexity),
                                  args.out)
