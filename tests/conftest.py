@@ -141,11 +141,12 @@ def shakespeare(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import yaml
 
     from hwgptbench.data.build import build
+    from hwgptbench.settings.sections import DataSettings
 
     config = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["data"]
     config["corpus"]["path"] = str(REPO_ROOT / config["corpus"]["path"])
     out = tmp_path_factory.mktemp("data") / config["name"]
-    build(config, out)
+    build(DataSettings.of(config), out)
     return out
 
 

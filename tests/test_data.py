@@ -22,6 +22,7 @@ from hwgptbench.data.corpus import (
     open_corpus,
     split_documents,
 )
+from hwgptbench.settings.sections import CorpusSettings, DataSettings
 from hwgptbench.tokens.shards import TokenShards, token_dtype
 from hwgptbench.tokens.tokenizer import TokenizerUnavailableError, load_tokenizer_file
 
@@ -70,7 +71,7 @@ def test_build_outputs_decode_to_the_corpus(built: Path) -> None:
         assert int((tokens == eot).sum()) == manifest["splits"][split]["documents"]
     # the first validation document comes back exactly from its tokens
     val_index = split_documents(42, DEFAULT["val_fraction"], DEFAULT["seed"])["val"][0]
-    corpus = open_corpus(_params()["corpus"])
+    corpus = open_corpus(DataSettings.of(_params()).corpus)
     text = next(corpus.texts([val_index]))
     tokens = np.concatenate(shards.split("val"))
     first_doc = tokens[: int(np.argmax(tokens == manifest["tokenizer"]["eot_id"]))]
@@ -79,7 +80,7 @@ def test_build_outputs_decode_to_the_corpus(built: Path) -> None:
 
 def test_same_params_give_byte_identical_outputs(built: Path, tmp_path: Path) -> None:
     again = tmp_path / "again"
-    build(_params(), again)
+    build(DataSettings.of(_params()), again)
     names = sorted(p.name for p in built.iterdir())
     assert names == sorted(p.name for p in again.iterdir())
     for name in names:
@@ -89,7 +90,7 @@ def test_same_params_give_byte_identical_outputs(built: Path, tmp_path: Path) ->
 def test_small_shards_and_tokenizer_file(built: Path, tmp_path: Path) -> None:
     config = _params(shard_tokens=200_000)
     config["tokenizer"] = {"kind": "file", "file": str(built / "tokenizer.json")}
-    manifest = build(config, tmp_path / "out")
+    manifest = build(DataSettings.of(config), tmp_path / "out")
     train = manifest["splits"]["train"]
     assert len(train["shards"]) == -(-train["tokens"] // 200_000)
     assert all(s["tokens"] == 200_000 for s in train["shards"][:-1])
@@ -117,7 +118,7 @@ def test_missing_corpus_folder_is_a_clear_error(tmp_path: Path) -> None:
     config = _params()
     config["corpus"]["path"] = str(tmp_path / "nowhere")
     with pytest.raises(CorpusUnavailableError, match="data.corpus.path"):
-        build(config, tmp_path / "out")
+        build(DataSettings.of(config), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -147,7 +148,7 @@ def test_offline_huggingface_corpus_names_corpus_and_fallback(
     spec = {"source": "huggingface", "dataset": "roneneldan/TinyStories", "split": "train",
             "text_field": "text"}
     with pytest.raises(CorpusUnavailableError) as info:
-        open_corpus(spec)
+        open_corpus(CorpusSettings(**spec))
     message = str(info.value)
     assert "roneneldan/TinyStories" in message
     assert "source: text_files" in message and "data/corpora/shakespeare" in message
@@ -159,13 +160,12 @@ def test_huggingface_corpus_reads_a_local_dataset(tmp_path: Path) -> None:
 
     texts = [f"document {i}: " + "the quick brown fox " * (i + 1) for i in range(20)]
     datasets.Dataset.from_dict({"text": texts}).save_to_disk(str(tmp_path / "ds"))
-    corpus = HuggingFaceCorpus(datasets.load_from_disk(str(tmp_path / "ds")), "text",
-                                    {"dataset": "local"})
+    local = CorpusSettings("huggingface", dataset="local")
+    corpus = HuggingFaceCorpus(datasets.load_from_disk(str(tmp_path / "ds")), "text", local)
     assert len(corpus) == 20
     assert list(corpus.texts([3, 7])) == [texts[3], texts[7]]
     with pytest.raises(CorpusUnavailableError, match="text_field"):
-        HuggingFaceCorpus(datasets.load_from_disk(str(tmp_path / "ds")), "body",
-                               {"dataset": "local"})
+        HuggingFaceCorpus(datasets.load_from_disk(str(tmp_path / "ds")), "body", local)
 
 
 def test_killed_stage_leaves_nothing_a_rerun_would_accept(tmp_path: Path) -> None:

@@ -14,6 +14,8 @@ from tqdm import tqdm
 
 from .. import __version__
 from ..io import atomic_dir, canonical_json, sha256_file
+from ..settings.build import as_params, required
+from ..settings.sections import DataSettings
 from ..tokens.shards import FORMAT, MANIFEST, ShardWriter, token_dtype
 from ..tokens.tokenizer import EOT_TOKEN, TOKENIZER_FILE, load_tokenizer_file, train_bpe
 from .corpus import Corpus, open_corpus, split_documents
@@ -45,7 +47,7 @@ def encode_split(corpus: Corpus, indices: Sequence[int], tokenizer: Any, writer:
     return total
 
 
-def build(params: dict[str, Any], out_dir: str | os.PathLike[str]) -> dict[str, Any]:
+def build(section: DataSettings, out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Run the data stage for the ``data`` params section; write ``out_dir`` atomically.
 
     Returns the manifest. ``out_dir`` appears only once complete: a killed run leaves at most
@@ -53,17 +55,18 @@ def build(params: dict[str, Any], out_dir: str | os.PathLike[str]) -> dict[str, 
     """
     import tokenizers
 
-    corpus = open_corpus(params["corpus"])
-    split = split_documents(len(corpus), params["val_fraction"], params["seed"])
+    corpus = open_corpus(section.corpus)
+    split = split_documents(len(corpus), section.val_fraction, section.seed)
     log.info("corpus: %d documents (%d train, %d val)", len(corpus), len(split["train"]),
              len(split["val"]))
-    spec = params["tokenizer"]
-    if spec["kind"] == "bpe":
-        log.info("training byte-level BPE tokenizer, vocab %d", spec["vocab_size"])
+    spec = section.tokenizer
+    if spec.kind == "bpe":
+        log.info("training byte-level BPE tokenizer, vocab %s", spec.vocab_size)
         tokenizer = train_bpe(corpus.texts(split["train"]), len(split["train"]),
-                              spec["vocab_size"], spec["min_frequency"])
+                              required(spec.vocab_size, "data.tokenizer.vocab_size"),
+                              spec.min_frequency)
     else:
-        tokenizer = load_tokenizer_file(spec["file"])
+        tokenizer = load_tokenizer_file(required(spec.file, "data.tokenizer.file"))
     vocab_size = tokenizer.get_vocab_size()
     eot_id = tokenizer.token_to_id(EOT_TOKEN)
     dtype = token_dtype(vocab_size)
@@ -72,20 +75,20 @@ def build(params: dict[str, Any], out_dir: str | os.PathLike[str]) -> dict[str, 
         tokenizer.save(str(staging / TOKENIZER_FILE))
         splits: dict[str, dict[str, Any]] = {}
         for name, indices in split.items():
-            writer = ShardWriter(staging, name, dtype, params["shard_tokens"])
+            writer = ShardWriter(staging, name, dtype, section.shard_tokens)
             tokens = encode_split(corpus, indices, tokenizer, writer, eot_id)
             splits[name] = {"documents": len(indices), "tokens": tokens, "shards": writer.close()}
             log.info("%s: %d documents, %d tokens, %d shard(s)", name, len(indices), tokens,
                      len(splits[name]["shards"]))
         manifest = {
             "format": FORMAT,
-            "name": params["name"],
-            "corpus": {**params["corpus"], **corpus.fingerprint()},
+            "name": section.name,
+            "corpus": {**as_params(section.corpus), **corpus.fingerprint()},
             "tokenizer": {"file": TOKENIZER_FILE, "sha256": sha256_file(staging / TOKENIZER_FILE),
-                          "vocab_size": vocab_size, "eot_id": eot_id, "kind": spec["kind"]},
+                          "vocab_size": vocab_size, "eot_id": eot_id, "kind": spec.kind},
             "dtype": dtype.name,
             "splits": splits,
-            "params": params,
+            "params": as_params(section),
             "versions": {"hwgptbench": __version__, "tokenizers": tokenizers.__version__},
         }
         (staging / MANIFEST).write_text(canonical_json(manifest), encoding="utf-8")

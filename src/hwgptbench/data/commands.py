@@ -6,7 +6,8 @@ import argparse
 import logging
 
 from .. import layout
-from ..options import Add, load
+from ..options import Add, load_settings
+from ..settings.sections import DataSettings
 
 log = logging.getLogger("hwgptbench")
 
@@ -15,9 +16,9 @@ def cmd_data(args: argparse.Namespace) -> None:
     """Tokenize the corpus into token shards."""
     from .build import build
 
-    config = load(args, ["data"])["data"]
-    out = args.out or layout.data(config["name"])
-    manifest = build(config, out)
+    section = load_settings(args, DataSettings)
+    out = args.out or layout.data(section.name)
+    manifest = build(section, out)
     log.info("wrote %s: %d train / %d val tokens", out, manifest["splits"]["train"]["tokens"],
              manifest["splits"]["val"]["tokens"])
 

@@ -13,6 +13,8 @@ import numpy as np
 
 from ..errors import UserError
 from ..io import sha256_file
+from ..settings.build import required
+from ..settings.sections import CorpusSettings
 
 
 class CorpusUnavailableError(UserError, RuntimeError):
@@ -64,34 +66,34 @@ class TextFileCorpus:
 class HuggingFaceCorpus:
     """A text column of a Hugging Face `datasets` dataset (memory-mapped Arrow table)."""
 
-    def __init__(self, dataset: Any, text_field: str, spec: dict[str, Any]):
+    def __init__(self, dataset: Any, text_field: str, spec: CorpusSettings):
         if text_field not in dataset.column_names:
             raise CorpusUnavailableError(
                 f"data.corpus.text_field: column '{text_field}' not in dataset "
-                f"'{spec['dataset']}'; its columns are {dataset.column_names}.")
+                f"'{spec.dataset}'; its columns are {dataset.column_names}.")
         self.dataset = dataset
         self.text_field = text_field
         self.spec = spec
 
     @classmethod
-    def load(cls, spec: dict[str, Any]) -> HuggingFaceCorpus:
+    def load(cls, spec: CorpusSettings) -> HuggingFaceCorpus:
         """Load the dataset named in ``spec`` (the ``data.corpus`` params)."""
         try:
             import datasets
 
-            dataset = datasets.load_dataset(spec["dataset"], spec.get("config"),
-                                            split=spec["split"], revision=spec.get("revision"))
+            dataset = datasets.load_dataset(spec.dataset, spec.config, split=spec.split,
+                                            revision=spec.revision)
         except Exception as exc:  # offline, unknown id, bad split: all end the same way
             raise CorpusUnavailableError(
-                f"data.corpus: could not load Hugging Face dataset '{spec['dataset']}' "
-                f"(split '{spec['split']}'): {type(exc).__name__}: {exc}\n"
+                f"data.corpus: could not load Hugging Face dataset '{spec.dataset}' "
+                f"(split '{spec.split}'): {type(exc).__name__}: {exc}\n"
                 "If this machine is offline, download the dataset into the Hugging Face cache "
                 "on a connected machine first, or use the embedded corpus by setting in "
                 "params.yaml:\n  data:\n    corpus: {source: text_files, "
                 "path: data/corpora/shakespeare, pattern: '*.txt'}") from exc
-        if spec.get("max_documents"):
-            dataset = dataset.select(range(min(len(dataset), spec["max_documents"])))
-        return cls(dataset, spec["text_field"], spec)
+        if spec.max_documents:
+            dataset = dataset.select(range(min(len(dataset), spec.max_documents)))
+        return cls(dataset, required(spec.text_field, "data.corpus.text_field"), spec)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -105,10 +107,11 @@ class HuggingFaceCorpus:
         return {"dataset_fingerprint": self.dataset._fingerprint}
 
 
-def open_corpus(spec: dict[str, Any]) -> Corpus:
+def open_corpus(spec: CorpusSettings) -> Corpus:
     """The corpus described by the ``data.corpus`` params section."""
-    if spec["source"] == "text_files":
-        return TextFileCorpus.from_folder(spec["path"], spec["pattern"])
+    if spec.source == "text_files":
+        return TextFileCorpus.from_folder(required(spec.path, "data.corpus.path"),
+                                          required(spec.pattern, "data.corpus.pattern"))
     return HuggingFaceCorpus.load(spec)
 
 

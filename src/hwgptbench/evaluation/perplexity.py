@@ -11,7 +11,6 @@ import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
@@ -19,6 +18,7 @@ import torch
 from tqdm import tqdm
 
 from ..model import SuperGPT
+from ..settings.sections import PerplexitySettings
 from ..space import Arch
 from ..training.train import WindowSampler, load_supernet, step_rng
 
@@ -52,7 +52,7 @@ def evaluate(model: SuperGPT, archs: Sequence[Arch],
 
 
 def evaluate_supernets(supernets: dict[int, Path], archs: Sequence[Arch],
-                       val_shards: Sequence[np.ndarray], section: dict[str, Any],
+                       val_shards: Sequence[np.ndarray], section: PerplexitySettings,
                        device: torch.device) -> pl.DataFrame:
     """:func:`evaluate` with the weights of each supernet file (keyed by its training steps),
     on the same validation batches drawn as the ``perplexity`` params ``section`` says.
@@ -63,8 +63,8 @@ def evaluate_supernets(supernets: dict[int, Path], archs: Sequence[Arch],
     batches: list[tuple[torch.Tensor, torch.Tensor]] = []
     for steps, path in sorted(supernets.items()):
         model, space = load_supernet(path, device)
-        batches = batches or validation_batches(val_shards, space.block_size, section["batches"],
-                                                section["batch_size"], section["seed"])
+        batches = batches or validation_batches(val_shards, space.block_size, section.batches,
+                                                section.batch_size, section.seed)
         log.info("scoring %d archs with the supernet after %d steps (%s)", len(archs), steps,
                  path)
         table = evaluate(model, archs, batches, device)

@@ -26,7 +26,8 @@ from ..meters.budget import (
     weight_bytes,
 )
 from ..meters.condition import Condition
-from ..settings.sections import MeasureSettings
+from ..settings.build import required
+from ..settings.sections import DataSettings, MeasureSettings, TokenizerSettings
 from ..space import Arch, SearchSpace
 
 COLUMNS = ("scale", "device", "memory_gb", "budget_gb", "archs/shard", "group size", "groups",
@@ -156,18 +157,19 @@ def plan_memory(space: SearchSpace, section: MeasureSettings, n_archs: int, voca
                       peak, largest, condition.id)
 
 
-def tokenizer_vocab_size(tokenizer: Mapping[str, Any]) -> int | None:
+def tokenizer_vocab_size(tokenizer: TokenizerSettings) -> int | None:
     """The vocabulary size of ``data.tokenizer``: as set (bpe), or read off its file (None
     when the file is not there)."""
-    if tokenizer["kind"] == "bpe":
-        return tokenizer["vocab_size"]
+    if tokenizer.kind == "bpe":
+        return tokenizer.vocab_size
     from pathlib import Path
 
     from ..tokens.tokenizer import load_tokenizer_file
 
-    if not Path(tokenizer["file"]).is_file():
+    file = required(tokenizer.file, "data.tokenizer.file")
+    if not Path(file).is_file():
         return None
-    return load_tokenizer_file(tokenizer["file"]).get_vocab_size()
+    return load_tokenizer_file(file).get_vocab_size()
 
 
 def cluster_memory(config: Mapping[str, Any]) -> dict[str, DeviceMemory]:
@@ -184,7 +186,7 @@ def plan_params(config: Mapping[str, Any], devices: Mapping[str, DeviceMemory],
                 scales: Sequence[str] | None = None) -> list[MemoryPlan]:
     """The plan of every scale (default ``workflow.scales``) on every device of a merged
     params document; [] when the vocabulary size is not known yet."""
-    vocab_size = tokenizer_vocab_size(config["data"]["tokenizer"])
+    vocab_size = tokenizer_vocab_size(DataSettings.of(config["data"]).tokenizer)
     if vocab_size is None:
         return []
     n_archs = config["sample"]["n_archs"] + 2
@@ -199,7 +201,7 @@ def check_params(config: Mapping[str, Any], devices: Mapping[str, Mapping[str, D
                  ) -> None:
     """Refuse, with :class:`MemoryPlanError`, a scale whose largest arch does not fit one of
     its devices ({scale: {label: memory}}); fast: no shard is planned."""
-    vocab_size = tokenizer_vocab_size(config["data"]["tokenizer"])
+    vocab_size = tokenizer_vocab_size(DataSettings.of(config["data"]).tokenizer)
     if vocab_size is None:
         return
     measure = MeasureSettings.of(config["measure"])

@@ -8,8 +8,9 @@ import logging
 import polars as pl
 
 from ..io import write_parquet
-from ..options import Add, load, scale_and_data
+from ..options import Add, load_settings, scale_and_data
 from ..schema import fully_trained
+from ..settings.sections import PerplexitySettings
 from ..space import read_archs
 
 log = logging.getLogger("hwgptbench")
@@ -22,12 +23,12 @@ def cmd_perplexity(args: argparse.Namespace) -> None:
     from ..tokens.shards import TokenShards
     from ..training.train import resolve_device, supernet_files
 
-    config = load(args, ["perplexity"])["perplexity"]
-    device = resolve_device(config["device"])
+    section = load_settings(args, PerplexitySettings)
+    device = resolve_device(section.device)
     supernets = supernet_files(args.supernet)
     shards = TokenShards.open(args.data)
-    scores = evaluate_supernets(supernets, read_archs(args.archs), shards.split("val"), config,
-                                device)
+    scores = evaluate_supernets(supernets, read_archs(args.archs), shards.split("val"),
+                                section, device)
     table = pl.read_parquet(args.archs).select("arch_id", "kind", "params").join(
         scores, on="arch_id", maintain_order="right")
     write_parquet(table.drop("kind"), args.out)

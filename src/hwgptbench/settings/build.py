@@ -63,6 +63,27 @@ def build(cls: type[T], values: Mapping[str, Any], where: str | None = None) -> 
     return cls(**kwargs)
 
 
+def required(value: T | None, where: str) -> T:
+    """``value`` of an optional field that this use needs (the schema requires it where it is
+    used: a text_files corpus' path, a bpe tokenizer's vocab_size)."""
+    if value is None:
+        raise SettingsError(f"{where}: missing; add it to the params")
+    return value
+
+
+def as_params(settings: Any) -> Any:
+    """A settings object as the params it was built from (lists for tuples), the fields left
+    unset (None) out: what a manifest records."""
+    if dataclasses.is_dataclass(settings) and not isinstance(settings, type):
+        return {f.name: as_params(getattr(settings, f.name))
+                for f in dataclasses.fields(settings) if getattr(settings, f.name) is not None}
+    if isinstance(settings, (tuple, list)):
+        return [as_params(v) for v in settings]
+    if isinstance(settings, Mapping):
+        return {k: as_params(v) for k, v in settings.items()}
+    return settings
+
+
 def _convert(kind: Any, value: Any, where: str) -> Any:
     """``value`` as the type hint ``kind`` says."""
     origin, args = get_origin(kind), get_args(kind)

@@ -10,7 +10,16 @@ import polars as pl
 
 from .. import layout
 from ..io import write_parquet
-from ..options import Add, load, scale_and_data, scale_and_vocab, space_of, vocab_size
+from ..options import (
+    Add,
+    load,
+    load_settings,
+    scale_and_data,
+    scale_and_vocab,
+    space_of,
+    vocab_size,
+)
+from ..settings.sections import SampleSettings
 
 log = logging.getLogger("hwgptbench")
 
@@ -32,16 +41,16 @@ def cmd_sample(args: argparse.Namespace) -> None:
     """Sample the architectures that later stages evaluate and measure."""
     from . import archs
 
-    config = load(args, ["sample", "spaces"])
-    space, section = space_of(config, args.scale), config["sample"]
+    section = load_settings(args, SampleSettings)
+    space = space_of(load(args, ["spaces"]), args.scale)
     vocab = vocab_size(args)
     if args.from_table:
         candidates = pl.read_parquet(args.from_table, columns=["arch_id"])["arch_id"]
-        table = archs.sample_from(space, candidates.to_list(), section["n_archs"],
-                                  section["seed"], vocab)
+        table = archs.sample_from(space, candidates.to_list(), section.n_archs, section.seed,
+                                  vocab)
         pool = f"{candidates.n_unique()} archs of {args.from_table}"
     else:
-        table = archs.sample_table(space, section["n_archs"], section["seed"], vocab)
+        table = archs.sample_table(space, section.n_archs, section.seed, vocab)
         pool = f"{space.size()} archs of the {args.scale} space"
     write_parquet(table, args.out or layout.archs(args.scale))
     log.info("sampled %d archs of the %s space (from %s)", len(table), args.scale, pool)
