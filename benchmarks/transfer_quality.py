@@ -30,6 +30,7 @@ import polars as pl
 from hwgptbench import data, params
 from hwgptbench.io import write_parquet
 from hwgptbench.meters.condition import CONDITION_KEYS, with_condition_columns
+from hwgptbench.settings.sections import TransferSettings
 from hwgptbench.space import SearchSpace
 from hwgptbench.transfer.evaluate import evaluate, retest, summarize
 
@@ -59,7 +60,8 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     config = params.merge_files(args.params or ["params.yaml"], ["transfer", "spaces"])
-    section = {**config["transfer"], "ks": sorted({*config["transfer"]["ks"], args.k})}
+    section = TransferSettings.of({**config["transfer"],
+                                   "ks": sorted({*config["transfer"]["ks"], args.k})})
     space = SearchSpace.from_dict(args.scale, config["spaces"][args.scale])
     vocab_size = data.TokenShards.open(args.data).manifest["tokenizer"]["vocab_size"]
     table = _stacked(args.tables)
@@ -79,11 +81,11 @@ def main() -> None:
     _print_summary(quality, args.k)
     if args.retest:
         again = _stacked(args.retest)
-        _print_ceilings(quality, retest(table, again, section["metrics"]), args.k, args.method)
+        _print_ceilings(quality, retest(table, again, section.metrics), args.k, args.method)
         if args.third:
-            _print_reliability(table, again, _stacked(args.third), section["metrics"])
+            _print_reliability(table, again, _stacked(args.third), section.metrics)
         print("the evaluation on the geometric mean of both measurements:")
-        _print_summary(evaluate(_geometric_mean(table, again, section["metrics"]), space,
+        _print_summary(evaluate(_geometric_mean(table, again, section.metrics), space,
                                 vocab_size, section), args.k)
 
 

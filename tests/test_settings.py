@@ -20,12 +20,14 @@ from hwgptbench.settings.sections import (
     PerplexitySettings,
     RuntimeSettings,
     SampleSettings,
+    SearchSettings,
     SectionSettings,
     SurrogateSettings,
+    TransferSettings,
 )
 
 SECTIONS = [DataSettings, SampleSettings, PerplexitySettings, MeasureSettings, RuntimeSettings,
-            SurrogateSettings]
+            SurrogateSettings, TransferSettings, SearchSettings]
 SCHEMA = yaml.safe_load((REPO_ROOT / "src/hwgptbench/schemas/params.schema.yaml").read_text())
 
 

@@ -15,6 +15,7 @@ from hwgptbench import Benchmark, cli, params
 from hwgptbench.figures.transfer import shipped_targets, transfer_quality, transfer_table
 from hwgptbench.predictors.features import analytic_counts
 from hwgptbench.predictors.quality import fold_indices
+from hwgptbench.settings.sections import TransferSettings
 from hwgptbench.space import Arch, SearchSpace
 from hwgptbench.transfer.adapt import adapt_device
 from hwgptbench.transfer.evaluate import (
@@ -45,10 +46,10 @@ TARGETS = [("cpu-a-1t", "CPU A", 1, 128, "fp32", 0.10, 8.0, 0.5),
            ("cpu-a-2t", "CPU A", 1, 128, "fp32", 0.15, 4.5, 0.4),
            ("cpu-a-2t", "CPU A", 4, 32, "fp32", 0.15, 4.0, 0.4),
            ("gpu-b", "GPU B", 1, 128, "fp32", 0.30, 0.2, 0.05)]
-SECTION = {**CONFIG["transfer"], "metrics": ["latency_ms"], "ks": [2, 10], "seeds": 2,
-           "min_test": 10, "folds": 3,
-           "source_model": {"num_iterations": 60, "num_leaves": 7, "min_data_in_leaf": 3},
-           "boost": {**CONFIG["transfer"]["boost"], "num_iterations": 30}}
+SECTION = TransferSettings.of({
+    **CONFIG["transfer"], "metrics": ["latency_ms"], "ks": [2, 10], "seeds": 2, "min_test": 10,
+    "folds": 3, "source_model": {"num_iterations": 60, "num_leaves": 7, "min_data_in_leaf": 3},
+    "boost": {**CONFIG["transfer"]["boost"], "num_iterations": 30}})
 
 
 def synthetic_measurements(n: int = 60, targets: list[tuple] = TARGETS) -> pl.DataFrame:
@@ -87,12 +88,12 @@ def test_evaluation_covers_every_target_method_and_baseline(quality: pl.DataFram
     per_target = ok.filter(pl.col("k") == 10).group_by("device", "condition").agg(
         pl.col("method").unique().sort())
     assert per_target.height == len(TARGETS)
-    expected = sorted([*SECTION["methods"], "flops", "params", "nearest_source"])
+    expected = sorted([*SECTION.methods, "flops", "params", "nearest_source"])
     assert all(sorted(m) == expected for m in per_target["method"])
     # one designed selection and `seeds` random ones per (target, k, method)
     counts = ok.filter(pl.col("method") == "meta_ridge").group_by("selection").len()
     assert dict(counts.iter_rows()) == {"designed": len(TARGETS) * 2,
-                                        "random": len(TARGETS) * 2 * SECTION["seeds"]}
+                                        "random": len(TARGETS) * 2 * SECTION.seeds}
     gpu = ok.filter(pl.col("device") == "gpu-b").row(0, named=True)
     assert (gpu["hardware"], gpu["sources"], gpu["sources_same_hardware"]) == ("GPU B", 5, 0)
     # holding out the device: none of cpu-a-1t's conditions is a source of another
@@ -116,7 +117,7 @@ def test_with_k_all_archs_adaptation_matches_the_full_surrogate(
     fold as well as the per-target surrogate cross-validated on the same folds."""
     profiles = Profiles.from_long(long_table(measurements, ["latency_ms"]))
     encoded = SPACE.encode([Arch.from_id(a) for a in profiles.arch_ids])
-    oof = cross_fitted(profiles, encoded, SPACE, VOCAB, SECTION["source_model"], 3, 0)
+    oof = cross_fitted(profiles, encoded, SPACE, VOCAB, SECTION.source_model, 3, 0)
     for j in range(len(profiles.targets)):
         _, case = _case(measurements, j)
         full = scores(np.exp(case.z), np.exp(oof[case.rows, j]))
@@ -137,7 +138,7 @@ def _case(measurements: pl.DataFrame, j: int) -> tuple[Profiles, Case]:
     profiles = Profiles.from_long(long_table(measurements, ["latency_ms"]))
     encoded = SPACE.encode([Arch.from_id(a) for a in profiles.arch_ids])
     features = condition_features(SPACE, encoded, VOCAB, profiles.targets)
-    oof = cross_fitted(profiles, encoded, SPACE, VOCAB, SECTION["source_model"], 3, 0)
+    oof = cross_fitted(profiles, encoded, SPACE, VOCAB, SECTION.source_model, 3, 0)
     return profiles, held_out_case(profiles, oof, features[j], j,
                                    source_indices(profiles, j, "target"))
 
@@ -161,7 +162,7 @@ def test_leave_one_target_out_never_sees_the_held_out_values(
         pl.lit(rng.uniform(1, 100, measurements.height))).otherwise(pl.col("latency_ms")))
     _, noisy = _case(scrambled, j)
     assert not np.allclose(noisy.z, case.z)  # the target's own values did change
-    for name in SECTION["methods"]:
+    for name in SECTION.methods:
         clean_method, noisy_method = (make_method(name, SECTION) for _ in range(2))
         clean_method.prepare(case.reference)
         noisy_method.prepare(noisy.reference)

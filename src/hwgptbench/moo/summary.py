@@ -4,7 +4,7 @@ with ranks, and empirical attainment surfaces (moocore) of the 2-objective runs.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ def summarize(final: pl.DataFrame) -> pl.DataFrame:
         .sort("objectives", "device", "rank_mean", "algorithm"))
 
 
-def attainment(runs: pl.DataFrame, metrics: dict[str, list[str]],
+def attainment(runs: pl.DataFrame, metrics: Mapping[str, Sequence[str]],
                percentiles: Sequence[int] = PERCENTILES) -> pl.DataFrame:
     """Empirical attainment surfaces (objective values, raw units) per algorithm of every
     2-objective set: the points attained by at least ``percentile`` % of the seeds."""

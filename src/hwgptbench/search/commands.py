@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,7 +12,8 @@ import polars as pl
 
 from .. import params
 from ..io import atomic_write_json, write_parquet
-from ..options import Add, load, one_of, scale_and_results
+from ..options import Add, load_settings, one_of, scale_and_results
+from ..settings.sections import SearchSettings, SurrogateSettings
 
 if TYPE_CHECKING:
     from ..moo.problem import Problem
@@ -19,19 +21,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("hwgptbench")
 
 
-def _search_problem(args: argparse.Namespace) -> tuple[dict, Problem]:
+def _search_problem(args: argparse.Namespace) -> tuple[SearchSettings, Problem]:
     """The search section and the problem of --objectives on --device."""
     from ..api import Benchmark
     from ..moo.problem import make_problem
 
-    loaded = load(args, ["search", "surrogate"])
-    config, family = loaded["search"], loaded["surrogate"]["default_family"]
-    if args.objectives not in config["objective_sets"]:
+    config = load_settings(args, SearchSettings)
+    family = load_settings(args, SurrogateSettings).default_family
+    if args.objectives not in config.objective_sets:
         raise params.ParamsError(f"--objectives {args.objectives!r} is not a key of "
-                                 f"search.objective_sets ({', '.join(config['objective_sets'])})")
+                                 f"search.objective_sets ({', '.join(config.objective_sets)})")
     bench = Benchmark.load(args.scale, args.results, family=family, source="results")
-    return config, make_problem(bench, config["objective_sets"][args.objectives], args.device,
-                                config["condition"])
+    return config, make_problem(bench, list(config.objective_sets[args.objectives]),
+                                args.device, asdict(config.condition))
 
 
 def cmd_search_reference(args: argparse.Namespace) -> None:
@@ -39,8 +41,7 @@ def cmd_search_reference(args: argparse.Namespace) -> None:
     from ..moo.reference import compute_reference, save_reference
 
     config, problem = _search_problem(args)
-    reference, front = compute_reference(problem, config["reference_archs"],
-                                         config["reference_seed"])
+    reference, front = compute_reference(problem, config.reference_archs, config.reference_seed)
     save_reference(reference, front, args.out)
     log.info("wrote %s: %d front archs, hypervolume %.4f", args.out,
              int(front["on_front"].sum()), reference.hypervolume)
@@ -56,10 +57,10 @@ def cmd_search(args: argparse.Namespace) -> None:
 
     config, problem = _search_problem(args)
     torch.set_num_threads(args.threads)
-    run_seeds(problem, load_reference(args.reference), args.algorithm, config["budget"],
-              range(config["seeds"]), options_of(args.algorithm, config["options"]), args.out,
+    run_seeds(problem, load_reference(args.reference), args.algorithm, config.budget,
+              range(config.seeds), options_of(args.algorithm, config.options), args.out,
               {"objectives": args.objectives, "device": args.device})
-    log.info("wrote %s: %d runs of %s", args.out, config["seeds"], args.algorithm)
+    log.info("wrote %s: %d runs of %s", args.out, config.seeds, args.algorithm)
 
 
 def cmd_search_summary(args: argparse.Namespace) -> None:
@@ -71,10 +72,10 @@ def cmd_search_summary(args: argparse.Namespace) -> None:
     from ..moo.reference import load_front, load_reference
     from .front import final_fronts
 
-    config = load(args, ["search"])["search"]
+    config = load_settings(args, SearchSettings)
     references = [(load_reference(f), load_front(f)) for f in args.references]
     runs, stages, fronts = final_fronts(summary.read_runs(args.inputs), references,
-                                        config["objective_sets"])
+                                        config.objective_sets)
     final = summary.final_runs(runs)
     table = summary.summarize(final)
     out = Path(args.out_dir)
@@ -83,8 +84,8 @@ def cmd_search_summary(args: argparse.Namespace) -> None:
     write_parquet(fronts, out / "front.parquet")
     write_parquet(final, out / "final.parquet")
     write_parquet(table, out / "summary.parquet")
-    write_parquet(summary.attainment(runs, config["objective_sets"]), out / "attainment.parquet")
-    comparisons = compare.comparison_tables(runs, final, config["objective_sets"])
+    write_parquet(summary.attainment(runs, config.objective_sets), out / "attainment.parquet")
+    comparisons = compare.comparison_tables(runs, final, config.objective_sets)
     for name, comparison in comparisons.items():
         write_parquet(comparison, out / f"{name}.parquet")
     atomic_write_json(args.metrics_out, summary.metrics_document(table))

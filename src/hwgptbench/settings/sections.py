@@ -226,3 +226,62 @@ class SurrogateSettings(SectionSettings):
     default_family: Literal["best", "lightgbm", "mlp_ensemble", "linear", "blend"] = "best"
     mlp_ensemble: MLPEnsembleSettings = MLPEnsembleSettings()
     workers: int | None = None  # None: one process per core
+
+
+@dataclass(frozen=True)
+class SearchCondition:
+    """The measurement condition whose hardware metrics the searches minimise
+    (``search.condition``)."""
+
+    batch_size: int
+    seq_len: int
+    dtype: Dtype
+    launch: Literal["eager", "cuda_graph"]
+
+
+@dataclass(frozen=True)
+class SearchSettings(SectionSettings):
+    """The search stage: objective sets, algorithms, budgets and the reference front."""
+
+    SECTION: ClassVar[str] = "search"
+    objective_sets: dict[str, tuple[str, ...]]
+    objectives: tuple[str, ...]
+    devices: tuple[str, ...]
+    condition: SearchCondition
+    algorithms: tuple[str, ...]
+    budget: int
+    seeds: int
+    reference_archs: int
+    reference_seed: int
+    options: dict[str, dict[str, Any]]  # per algorithm, checked by search_algorithms.OPTIONS
+
+
+@dataclass(frozen=True)
+class BasisSettings:
+    """The ``basis`` transfer method (``transfer.basis``)."""
+
+    max_rank: int
+
+
+@dataclass(frozen=True)
+class TransferSettings(SectionSettings):
+    """The transfer stage: few-shot adaptation of the hardware surrogates to a new target."""
+
+    SECTION: ClassVar[str] = "transfer"
+    metrics: tuple[str, ...]
+    ks: tuple[int, ...]
+    report_k: int
+    hold_out: tuple[Literal["target", "device"], ...]
+    methods: tuple[Literal["ridge", "meta_ridge", "basis", "boost"], ...]
+    method: Literal["ridge", "meta_ridge", "basis", "boost"]
+    selections: tuple[Literal["designed", "random"], ...]
+    selection: Literal["designed", "random"]
+    seeds: int
+    min_test: int
+    folds: int
+    source_model: dict[str, Any]  # LightGBM parameters of the source devices' models
+    prior_floor: float
+    basis: BasisSettings
+    boost: dict[str, Any]  # LightGBM parameters of the residual booster
+    coverage: float
+    seed: int

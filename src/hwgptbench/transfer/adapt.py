@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from ..meters.device import default_device
 from ..metrics import measurement_frame
 from ..predictors.features import feature_matrix
 from ..predictors.store import save_surrogate
-from ..settings.sections import MeasureSettings
+from ..settings.sections import MeasureSettings, TransferSettings
 from ..space import Arch, SearchSpace
 from .methods import make_method
 from .model import AdaptedSurrogate
@@ -66,21 +66,21 @@ def _target_rows(table: pl.DataFrame, device: str) -> pl.DataFrame:
     return table.with_columns(device=pl.lit(device))
 
 
-def adapt_device(section: Mapping[str, Any], space: SearchSpace, vocab_size: int,
+def adapt_device(section: TransferSettings, space: SearchSpace, vocab_size: int,
                  sources_table: pl.DataFrame, target_table: pl.DataFrame, device: str, k: int,
                  out_dir: str | os.PathLike[str], method: str | None = None,
                  selection: str | None = None) -> list[dict[str, Any]]:
     """Fit and save an adapted surrogate per metric and condition of the new device; return one
     summary per surrogate written (metric, condition, measured, k, method, sources, folder)."""
-    method = method or section["method"]
-    selection = selection or section["selection"]
+    method = method or section.method
+    selection = selection or section.selection
     target_table = _target_rows(target_table, device)
     if device in set(sources_table["device"]):
         log.info("%s is among the measured devices: not used as its own source", device)
     sources_table = sources_table.filter(pl.col("device") != device)
     out = Path(out_dir) / device
     written: list[dict[str, Any]] = []
-    for metric in section["metrics"]:
+    for metric in section.metrics:
         targets = long_table(target_table, [metric])
         if not targets.height:
             log.info("%s: no measured %s; nothing to adapt", device, metric)
@@ -94,13 +94,13 @@ def adapt_device(section: Mapping[str, Any], space: SearchSpace, vocab_size: int
                                  method, selection)
     if not written:
         raise TransferError(f"nothing adapted for {device}: no metric of transfer.metrics "
-                            f"({', '.join(section['metrics'])}) has both measured rows and "
+                            f"({', '.join(section.metrics)}) has both measured rows and "
                             "source devices")
     write_parquet(target_table, out / MEASURED)
     return written
 
 
-def _adapt_metric(section: Mapping[str, Any], space: SearchSpace, vocab_size: int,
+def _adapt_metric(section: TransferSettings, space: SearchSpace, vocab_size: int,
                   sources: pl.DataFrame, targets: pl.DataFrame, k: int, out: Path, method: str,
                   selection: str) -> list[dict[str, Any]]:
     """The adapted surrogates of every condition of one metric of the new device."""
@@ -110,8 +110,8 @@ def _adapt_metric(section: Mapping[str, Any], space: SearchSpace, vocab_size: in
     if sources.height:
         profiles = Profiles.from_long(sources)
         encoded = space.encode([Arch.from_id(a) for a in profiles.arch_ids])
-        models = fit_sources(profiles, encoded, space, vocab_size, section["source_model"],
-                             section["seed"])
+        models = fit_sources(profiles, encoded, space, vocab_size, section.source_model,
+                             section.seed)
         reference_ids = sorted(set(reference_ids) | set(profiles.arch_ids))
         index = {a: i for i, a in enumerate(profiles.arch_ids)}
         measured = np.full((len(reference_ids), len(profiles.targets)), np.nan)
@@ -127,9 +127,9 @@ def _adapt_metric(section: Mapping[str, Any], space: SearchSpace, vocab_size: in
                                 f"k = {k}; measure more archs or lower --k")
         archs = [Arch.from_id(a) for a in rows["arch_id"]]
         X = feature_matrix(space, archs, vocab_size, *shape)
-        chosen = select(selection, X, k, section["seed"])
+        chosen = select(selection, X, k, section.seed)
         model = AdaptedSurrogate(space, vocab_size, models, make_method(method, section),
-                                 section["coverage"])
+                                 section.coverage)
         model.prepare(feature_matrix(space, reference, vocab_size, *shape), measured)
         model.fit(X[chosen], rows["value"].to_numpy()[chosen])
         folder = out / target.metric / target.condition.id / AdaptedSurrogate.family

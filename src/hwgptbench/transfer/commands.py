@@ -15,6 +15,7 @@ from ..io import write_parquet
 from ..options import (
     Add,
     load,
+    load_settings,
     one_of,
     scale_and_results,
     scale_and_vocab,
@@ -22,7 +23,7 @@ from ..options import (
     vocab_size,
     vocab_source,
 )
-from ..settings.sections import MeasureSettings
+from ..settings.sections import MeasureSettings, TransferSettings
 from ..space import read_archs
 
 log = logging.getLogger("hwgptbench")
@@ -34,17 +35,16 @@ def cmd_transfer(args: argparse.Namespace) -> None:
     from .. import published
     from .evaluate import evaluate, evaluate_shipped, report, shipped_per_target, shipped_tables
 
-    config = load(args, ["transfer", "spaces"])
-    section = config["transfer"]
+    section = load_settings(args, TransferSettings)
     tables = [pl.read_parquet(path) for path in [args.measurements, *args.runtime]]
-    quality = evaluate(pl.concat(tables, how="diagonal_relaxed"), space_of(config, args.scale),
-                       vocab_size(args), section)
+    quality = evaluate(pl.concat(tables, how="diagonal_relaxed"),
+                       space_of(load(args, ["spaces"]), args.scale), vocab_size(args), section)
     shipped = shipped_tables(args.scale)
     if shipped:
         log.info("transfer across the shipped %s tables: %s", args.scale, ", ".join(shipped))
         quality = pl.concat([quality, evaluate_shipped(
             shipped, published.space(args.scale), published.vocab_size(args.scale), section)])
-    summary = report(quality, section["report_k"])
+    summary = report(quality, section.report_k)
     write_parquet(quality, args.out)
     write_parquet(summary, args.summary_out)
     log.info("wrote %s: %d rows, and %s", args.out, quality.height, args.summary_out)
@@ -62,8 +62,8 @@ def cmd_transfer(args: argparse.Namespace) -> None:
         with pl.Config(tbl_rows=100, tbl_cols=16, tbl_width_chars=250, float_precision=3,
                        fmt_str_lengths=40):
             print(f"shipped {args.scale} tables, Spearman ρ per target at k = "
-                  f"{section['report_k']} (mean over seeds):")
-            print(shipped_per_target(quality, section["report_k"]))
+                  f"{section.report_k} (mean over seeds):")
+            print(shipped_per_target(quality, section.report_k))
 
 
 def cmd_adapt(args: argparse.Namespace) -> None:
@@ -73,9 +73,10 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     from .adapt import adapt_device, measure_for_adaptation
 
     config = load(args, ["transfer", "measure", "spaces"])
-    section, space, vocab = config["transfer"], space_of(config, args.scale), vocab_size(args)
-    k = args.k or section["report_k"]
-    selection = args.selection or section["selection"]
+    section, space = TransferSettings.of(config["transfer"]), space_of(config, args.scale)
+    vocab = vocab_size(args)
+    k = args.k or section.report_k
+    selection = args.selection or section.selection
     sources = pl.read_parquet(args.sources or layout.measurements(args.scale, args.results))
     device = args.device
     if args.measurements:
@@ -85,7 +86,7 @@ def cmd_adapt(args: argparse.Namespace) -> None:
         device = device_label(replace(measure, device=device), measure.threads)
         candidates = read_archs(args.archs or layout.archs(args.scale, args.results))
         target = measure_for_adaptation(measure, space, candidates, vocab, device, k,
-                                        selection, section["seed"])
+                                        selection, section.seed)
     out = Path(layout.adapted(args.scale, args.results))
     written = adapt_device(section, space, vocab, sources, target, device, k, out, args.method,
                            selection)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from scipy import stats
 from tqdm import tqdm
 
 from .. import published
+from ..settings.sections import TransferSettings
 from ..space import Arch, SearchSpace
 from .methods import Design, Method, make_method
 from .selection import select
@@ -158,13 +159,13 @@ def _kind(method: str) -> str:
         else "method"
 
 
-def evaluate_case(case: Case, methods: Mapping[str, Method], section: Mapping[str, Any],
+def evaluate_case(case: Case, methods: Mapping[str, Method], section: TransferSettings,
                   base: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Quality rows of one held-out target for every k, selection, seed, method and baseline."""
     n = len(case.rows)
     measured = np.exp(case.z)
     rows: list[dict[str, Any]] = []
-    if any(n - k >= section["min_test"] for k in section["ks"]):  # else every k is skipped
+    if any(n - k >= section.min_test for k in section.ks):  # else every k is skipped
         ready = {}
         for name, method in methods.items():
             try:
@@ -175,16 +176,16 @@ def evaluate_case(case: Case, methods: Mapping[str, Method], section: Mapping[st
                 continue
             ready[name] = method
         methods = ready
-    for k in section["ks"]:
-        if n - k < section["min_test"]:
+    for k in section.ks:
+        if n - k < section.min_test:
             reason = (f"k = {k} of the {n} measured archs leaves {max(n - k, 0)} to test, "
-                      f"fewer than transfer.min_test {section['min_test']}")
+                      f"fewer than transfer.min_test {section.min_test}")
             rows += [{**base, "method": m, "kind": _kind(m), "k": k, "status": "skipped",
                       "reason": reason} for m in [*methods, *BASELINES]]
             continue
-        for selection in section["selections"]:
-            seeds = ([section["seed"]] if selection == "designed" else
-                     [section["seed"] + i for i in range(section["seeds"])])
+        for selection in section.selections:
+            seeds = ([section.seed] if selection == "designed" else
+                     [section.seed + i for i in range(section.seeds)])
             for seed in seeds:
                 chosen = select(selection, case.design.features, k, seed)
                 test = np.setdiff1d(np.arange(n), chosen)
@@ -196,7 +197,7 @@ def evaluate_case(case: Case, methods: Mapping[str, Method], section: Mapping[st
                                  **scores(measured[test], np.exp(predicted[test])),
                                  "coverage": _interval_coverage(
                                      case.z[test], predicted[test], method.sigma,
-                                     section["coverage"])})
+                                     section.coverage)})
                 for name in BASELINES:
                     ranking, predicted = baseline_predictions(case, name, chosen)
                     rows.append({**common, "method": name, "kind": "baseline",
@@ -211,7 +212,7 @@ def _skipped_metric(metric: str, reason: str) -> dict[str, Any]:
 
 
 def evaluate_metric(long: pl.DataFrame, space: SearchSpace, vocab_size: int,
-                    section: Mapping[str, Any]) -> list[dict[str, Any]]:
+                    section: TransferSettings) -> list[dict[str, Any]]:
     """Quality rows of every held-out target of the one metric of ``long``."""
     metric = long["metric"][0]
     profiles = Profiles.from_long(long)
@@ -223,11 +224,11 @@ def evaluate_metric(long: pl.DataFrame, space: SearchSpace, vocab_size: int,
                                         "devices")]
     encoded = space.encode([Arch.from_id(a) for a in profiles.arch_ids])
     features = condition_features(space, encoded, vocab_size, profiles.targets)
-    oof = cross_fitted(profiles, encoded, space, vocab_size, section["source_model"],
-                       section["folds"], section["seed"])
+    oof = cross_fitted(profiles, encoded, space, vocab_size, section.source_model,
+                       section.folds, section.seed)
     hardware = hardware_of(long)
     rows: list[dict[str, Any]] = []
-    for hold_out in section["hold_out"]:
+    for hold_out in section.hold_out:
         for j, target in enumerate(tqdm(profiles.targets, desc=f"transfer {metric}, "
                                         f"hold out {hold_out}", unit="target", mininterval=2.0)):
             others = source_indices(profiles, j, hold_out)
@@ -243,7 +244,8 @@ def evaluate_metric(long: pl.DataFrame, space: SearchSpace, vocab_size: int,
                     f"no source target measured on another device than {target.device}")})
                 continue
             case = held_out_case(profiles, oof, features[j], j, others)
-            methods = {name: make_method(name, section) for name in section["methods"]}
+            methods: dict[str, Method] = {name: make_method(name, section)
+                                          for name in section.methods}
             rows += evaluate_case(case, methods, section, base)
             rows.append({**base, "method": UPPER_BOUND, "kind": "upper_bound",
                          "selection": "all", "n_test": len(case.rows), "status": "ok",
@@ -252,12 +254,12 @@ def evaluate_metric(long: pl.DataFrame, space: SearchSpace, vocab_size: int,
 
 
 def evaluate(measurements: pl.DataFrame, space: SearchSpace, vocab_size: int,
-             section: Mapping[str, Any]) -> pl.DataFrame:
+             section: TransferSettings) -> pl.DataFrame:
     """The quality table of every metric of ``transfer.metrics`` (one row per held-out target,
     method or baseline, selection, k and seed; skipped rows say why)."""
-    long = long_table(measurements, section["metrics"])
+    long = long_table(measurements, section.metrics)
     rows: list[dict[str, Any]] = []
-    for metric in section["metrics"]:
+    for metric in section.metrics:
         part = long.filter(pl.col("metric") == metric)
         rows += (evaluate_metric(part, space, vocab_size, section) if part.height else
                  [_skipped_metric(metric, f"no measured {metric} values (status ok, > 0)")])
@@ -276,15 +278,15 @@ def shipped_tables(scale: str, folder: str | Path = published.FOLDER
 
 
 def evaluate_shipped(tables: Mapping[str, pl.DataFrame], space: SearchSpace, vocab_size: int,
-                     section: Mapping[str, Any]) -> pl.DataFrame:
+                     section: TransferSettings) -> pl.DataFrame:
     """The quality rows of cross-device transfer between shipped device tables: every
     (metric, device, condition) held out with the other devices' targets as sources (hold-out
     ``device``), by the methods and baselines of :func:`evaluate`; ``tables`` = ``shipped``."""
     long = long_table(pl.concat(list(tables.values()), how="diagonal_relaxed"),
-                      section["metrics"])
-    across = {**section, "hold_out": ["device"]}
+                      section.metrics)
+    across = replace(section, hold_out=("device",))
     rows: list[dict[str, Any]] = []
-    for metric in section["metrics"]:
+    for metric in section.metrics:
         part = long.filter(pl.col("metric") == metric)
         devices = sorted(part["device"].unique())
         if len(devices) < 2:

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..lightgbm_core import booster_from_string, lgb
 from ..predictors.base import FIX
+from ..settings.sections import TransferSettings
 from .sources import train_booster
 
 RIDGE_ALPHAS = (1e-3, 1e-2, 0.1, 1.0, 10.0, 100.0, 1e3)
@@ -376,16 +377,16 @@ METHODS: dict[str, Any] = {"ridge": Ridge, "meta_ridge": MetaRidge, "basis": Bas
                            "boost": Boost}
 
 
-def make_method(name: str, section: Mapping[str, Any]) -> Method:
+def make_method(name: str, section: TransferSettings) -> Method:
     """A fresh method from the ``transfer`` params section."""
     if name == "ridge":
         return Ridge()
     if name == "meta_ridge":
-        return MetaRidge(section["prior_floor"])
+        return MetaRidge(section.prior_floor)
     if name == "basis":
-        return Basis(section["basis"]["max_rank"], section["prior_floor"])
+        return Basis(section.basis.max_rank, section.prior_floor)
     if name == "boost":
-        return Boost(MetaRidge(section["prior_floor"]), section["boost"], section["seed"])
+        return Boost(MetaRidge(section.prior_floor), section.boost, section.seed)
     raise ValueError(f"unknown transfer method {name!r}; known: {', '.join(METHODS)}")
 
 
