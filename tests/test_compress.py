@@ -23,6 +23,8 @@ from hwgptbench.compress.table import FAIR_REFERENCE, BaselinePlan, compression_
 from hwgptbench.evaluation.perplexity import validation_batches
 from hwgptbench.evaluation.tasks import build_cloze
 from hwgptbench.model.dense import load_dense
+from hwgptbench.settings.build import build
+from hwgptbench.settings.compress import ImportanceSettings, SearchSettings, TimingSettings
 from hwgptbench.space import SearchSpace
 from hwgptbench.tokens.shards import TokenShards
 from hwgptbench.training.train import TrainConfig, WindowSampler, load_supernet
@@ -30,8 +32,8 @@ from hwgptbench.training.train import TrainConfig, WindowSampler, load_supernet
 SECTION = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["compress"]
 SPACE = SECTION["space"] | {"embed_dim": [32], "n_layer": [1, 2], "n_head": [2, 4],
                             "mlp_ratio": [1, 2], "head_size": 8, "block_size": 32}
-TIMING = SECTION["timing"] | {"seq_len": 32, "warmup": 1, "min_repeats": 2, "max_repeats": 3,
-                              "max_seconds": 0.01}
+TIMING = build(TimingSettings, SECTION["timing"] | {
+    "seq_len": 32, "warmup": 1, "min_repeats": 2, "max_repeats": 3, "max_seconds": 0.01})
 
 
 def training(steps: int, **changes: object) -> TrainConfig:
@@ -54,7 +56,7 @@ def dense_file(space: SearchSpace, shakespeare: Path, tmp_path_factory: pytest.T
     return out / "dense.pt"
 
 
-IMPORTANCE = {"enabled": True, "batches": 1, "batch_size": 2, "seed": 0}
+IMPORTANCE = ImportanceSettings(enabled=True, batches=1, batch_size=2, seed=0)
 FINETUNES = ("supernet", "none", "equal")
 
 
@@ -96,22 +98,23 @@ def test_search_and_table(space: SearchSpace, dense_file: Path, shakespeare: Pat
     val = shards.split("val")
     evaluator = SubnetEvaluator(supernet, validation_batches(val, 32, 1, 2, 0),
                                 build_cloze(val, 6, 16, 8, 3, 0), TIMING, torch.device("cpu"))
-    section = {"objectives": {"ppl-params": ["perplexity", "params"],
-                              "ppl-latency": ["perplexity", "latency_ms"]},
-               "algorithms": ["nsga2", "iterative"], "budget": 6, "seed": 0,
-               "options": {"nsga2": {"population_size": 4},
-                           "iterative": {"initial": 3, "per_round": 2, "population_size": 6,
-                                         "generations": 2}}}
-    runs = run_searches(evaluator, section)
+    search = build(SearchSettings, {
+        "objectives": {"ppl-params": ["perplexity", "params"],
+                       "ppl-latency": ["perplexity", "latency_ms"]},
+        "algorithms": ["nsga2", "iterative"], "budget": 6, "seed": 0,
+        "options": {"nsga2": {"population_size": 4},
+                    "iterative": {"initial": 3, "per_round": 2, "population_size": 6,
+                                  "generations": 2}}})
+    runs = run_searches(evaluator, search)
     assert runs.group_by("objectives", "algorithm").len()["len"].to_list() == [6] * 4
-    subnets = subnet_table(evaluator, runs, section["objectives"])
+    subnets = subnet_table(evaluator, runs, search.objectives)
     assert subnets["arch_id"].is_unique().all()
     front = subnets.filter("pareto_ppl-params")
     assert front.height >= 1 and front["accuracy"].is_not_null().all()
     assert subnets.filter(pl.col("pareto_ppl-latency"))["latency_ms"].is_not_null().all()
 
     dense = load_dense(dense_file)
-    chosen = picks(subnets, 1e9, section["objectives"], [0.01], space.largest().id)
+    chosen = picks(subnets, 1e9, search.objectives, [0.01], space.largest().id)
     assert chosen[0] == (FAIR_REFERENCE, space.largest().id)
     calibration = calibration_batches(shards, space.block_size, IMPORTANCE)
     pretrained = copy.deepcopy(dense)

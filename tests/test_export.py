@@ -20,6 +20,7 @@ from hwgptbench.export.write import export_arch, load_exported, load_source
 from hwgptbench.io import save_torch, sha256_file
 from hwgptbench.model import SuperGPT
 from hwgptbench.model.dense import save_dense
+from hwgptbench.settings.compress import TimingSettings
 from hwgptbench.space import Arch, SearchSpace
 from hwgptbench.tokens.tokenizer import EOT_TOKEN, train_bpe
 from hwgptbench.training.train import supernet_state
@@ -107,8 +108,9 @@ def test_onnx_of_a_per_layer_arch_runs_on_onnx_runtime(neox: SuperGPT, per_layer
         torch.testing.assert_close(run(ids(*shape)), sub_logits(neox, PER_LAYER, ids(*shape)),
                                    atol=1e-4, rtol=0)
     model = neox.extract(PER_LAYER)
-    timing = onnx_export.latency(model, out, ids(2, 16), {
-        "warmup": 1, "min_repeats": 3, "max_repeats": 3, "max_seconds": 1.0}, threads=1)
+    timing = onnx_export.latency(model, out, ids(2, 16), TimingSettings(
+        batch_size=2, seq_len=16, threads=1, warmup=1, min_repeats=3, max_repeats=3,
+        target_rel_ci=0.02, max_seconds=1.0, estimator="median"), threads=1)
     assert timing["onnxruntime_ms"] > 0 and timing["torch_eager_ms"] > 0
     assert timing["onnxruntime_vs_eager"] == pytest.approx(
         timing["onnxruntime_ms"] / timing["torch_eager_ms"])

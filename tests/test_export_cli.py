@@ -21,6 +21,8 @@ from hwgptbench.cli import main
 from hwgptbench.export.evaluate import DEFAULTS
 from hwgptbench.io import save_torch
 from hwgptbench.model import SuperGPT
+from hwgptbench.settings.build import as_params, build
+from hwgptbench.settings.compress import EvaluateSettings
 from hwgptbench.space import Arch, SearchSpace
 from hwgptbench.tokens.shards import TokenShards
 from hwgptbench.training.train import supernet_state
@@ -80,7 +82,7 @@ def test_offline_tasks_agree_across_formats(exported: Path, shakespeare: Path,
     for result in (default, pt2):
         assert result["arch"] == ARCH.id and result["model"] == str(exported)
         assert set(result["tasks"]) == {"cloze", "perplexity"}
-        assert result["settings"]["cloze"] == DEFAULTS["cloze"] | {
+        assert result["settings"]["cloze"] == as_params(DEFAULTS.cloze) | {
             "items": 24, "context_len": 16, "choice_len": 8}
         assert result["versions"]["torch_version"] == torch.__version__
     cloze, ppl = pt2["tasks"]["cloze"], pt2["tasks"]["perplexity"]
@@ -165,5 +167,4 @@ def test_a_missing_folder_or_format_is_a_user_error(exported: Path, shakespeare:
 
 def test_the_defaults_are_those_of_params_yaml() -> None:
     evaluate = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["compress"]["evaluate"]
-    assert DEFAULTS["cloze"] == evaluate["cloze"]
-    assert DEFAULTS["perplexity"] == {key: evaluate[key] for key in DEFAULTS["perplexity"]}
+    assert DEFAULTS == build(EvaluateSettings, evaluate)

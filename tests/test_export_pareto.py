@@ -13,13 +13,14 @@ from hwgptbench.export.manifest import read
 from hwgptbench.export.pareto import INDEX, chosen_archs, export_archs, spread
 from hwgptbench.export.write import FORMATS
 from hwgptbench.io import save_torch
+from hwgptbench.settings.compress import TimingSettings
 from hwgptbench.space import Arch
 from hwgptbench.training.train import supernet_state
 from test_export import NEOX, PER_LAYER, supernet
 
 UNIFORM = Arch(64, 2, (4, 4), (2, 2), True)
-TIMING = {"batch_size": 1, "seq_len": 8, "threads": 1, "warmup": 1, "min_repeats": 2,
-          "max_repeats": 3, "max_seconds": 0.5}
+TIMING = TimingSettings(batch_size=1, seq_len=8, threads=1, warmup=1, min_repeats=2,
+                        max_repeats=3, target_rel_ci=0.02, max_seconds=0.5, estimator="median")
 
 
 def test_spread_keeps_both_ends_evenly() -> None:

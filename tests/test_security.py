@@ -23,6 +23,7 @@ from hwgptbench.model.dense import load_dense
 from hwgptbench.predictors import fitting as surrogates
 from hwgptbench.predictors import store
 from hwgptbench.predictors.store import SurrogateFileError
+from hwgptbench.settings.compress import ImportanceSettings
 from hwgptbench.space import SearchSpace
 from hwgptbench.surrogate.stage import merge_quality
 from hwgptbench.tokens.shards import TokenShards
@@ -73,7 +74,8 @@ def test_compression_loaders_refuse_code(tmp_path: Path, marker: Path) -> None:
     dense = _hostile_file(tmp_path / "dense.pt", marker, format=1)
     _refused(lambda: load_dense(dense), dense)
     imported = _hostile_file(tmp_path / "work" / finetune.IMPORTED, marker, fingerprint="x")
-    _refused(lambda: finetune.write_imported(dense, SPACE, None, {}, tmp_path / "work"),
+    importance = ImportanceSettings(enabled=True, batches=1, batch_size=1, seed=0)
+    _refused(lambda: finetune.write_imported(dense, SPACE, None, importance, tmp_path / "work"),
              imported)
 
 

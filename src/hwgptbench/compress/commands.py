@@ -8,41 +8,44 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TypeVar
 
 import polars as pl
 
 from .. import io, params
 from ..options import Add
-
-if TYPE_CHECKING:
-
-    pass
+from ..settings.compress import (
+    CompressDense,
+    CompressFinetune,
+    CompressFinetuneMethods,
+    CompressReads,
+    CompressSearch,
+    CompressSeed,
+    CompressTable,
+)
 
 log = logging.getLogger(__name__)
+R = TypeVar("R", bound=CompressReads)
 
-# the entries of the compress section each command reads (the workflow passes just their files)
-READS = {
-    "compress-dense": ("name", "source", "checkpoint", "allow_pickle_weights", "space",
-                       "pretrain"),
-    "compress-finetune": ("name", "space", "importance", "finetune"),
-    "compress-search": ("evaluate", "timing", "search"),
-    "compress-table": ("evaluate", "timing", "search", "quantize", "table", "importance",
-                       "finetune"),
-    "compress-finetune-methods": ("timing", "finetune_methods"),
-    "compress-seed": ("name", "space", "importance", "finetune", "evaluate", "timing", "search",
-                      "quantize", "table", "seeds"),
+# the settings type of each command that reads compress entries: its fields are the entries
+# it reads (the workflow passes just their files)
+SETTINGS: dict[str, type[CompressReads]] = {
+    "compress-dense": CompressDense,
+    "compress-finetune": CompressFinetune,
+    "compress-search": CompressSearch,
+    "compress-table": CompressTable,
+    "compress-finetune-methods": CompressFinetuneMethods,
+    "compress-seed": CompressSeed,
 }
+READS = {command: cls.entries() for command, cls in SETTINGS.items()}
 
 
-def _section(args: argparse.Namespace) -> dict[str, Any]:
-    """The compress entries this command reads, validated; a missing one is an error."""
+def _settings(args: argparse.Namespace, cls: type[R]) -> R:
+    """The compress entries this command reads, validated, as ``cls`` (its type in
+    :data:`SETTINGS`); a missing one is an error."""
+    assert SETTINGS[args.command] is cls, f"{args.command} reads {SETTINGS[args.command]}"
     section = params.merge_files(args.params or ["params.yaml"], ["compress"])["compress"]
-    missing = [key for key in READS[args.command] if key not in section]
-    if missing:
-        raise params.ParamsError(f"{args.command} reads compress.{', compress.'.join(missing)}"
-                                 ": pass params.yaml or their files under results/.params/")
-    return section
+    return cls.of(section, args.command)
 
 
 def cmd_dense(args: argparse.Namespace) -> None:
@@ -50,7 +53,7 @@ def cmd_dense(args: argparse.Namespace) -> None:
     LLaMA-family checkpoint (source huggingface)."""
     from . import stage
 
-    stage.dense(_section(args), args.data, args.out, args.work_dir)
+    stage.dense(_settings(args, CompressDense), args.data, args.out, args.work_dir)
 
 
 def cmd_finetune(args: argparse.Namespace) -> None:
@@ -58,7 +61,8 @@ def cmd_finetune(args: argparse.Namespace) -> None:
     supernet of compress.space and fine-tune that once with the sandwich rule (resumes)."""
     from . import stage
 
-    stage.finetune_supernet(_section(args), args.data, args.dense, args.out, args.work_dir)
+    stage.finetune_supernet(_settings(args, CompressFinetune), args.data, args.dense, args.out,
+                            args.work_dir)
 
 
 def cmd_search(args: argparse.Namespace) -> None:
@@ -66,8 +70,9 @@ def cmd_search(args: argparse.Namespace) -> None:
     iterative search), evaluating each on held-out data and timing it on this machine."""
     from . import stage
 
-    section = _section(args)
-    runs, subnets = stage.search(section, stage.evaluator(section, args.data, args.supernet))
+    settings = _settings(args, CompressSearch)
+    runs, subnets = stage.search(settings, stage.evaluator(settings.evaluate, settings.timing,
+                                                           args.data, args.supernet))
     io.write_parquet(runs, args.runs_out)
     io.write_parquet(subnets, args.subnets_out)
 
@@ -78,9 +83,9 @@ def cmd_table(args: argparse.Namespace) -> None:
     sub-network."""
     from . import stage
 
-    section = _section(args)
-    evaluator = stage.evaluator(section, args.data, args.supernet)
-    io.write_parquet(stage.table(section, evaluator, args.data, args.dense,
+    settings = _settings(args, CompressTable)
+    evaluator = stage.evaluator(settings.evaluate, settings.timing, args.data, args.supernet)
+    io.write_parquet(stage.table(settings, evaluator, args.data, args.dense,
                                  pl.read_parquet(args.subnets)), args.out)
 
 
@@ -90,8 +95,8 @@ def cmd_seed(args: argparse.Namespace) -> None:
     ``--seed-index``; the table goes to --out, the rest to --work-dir (resumes)."""
     from . import stage
 
-    io.write_parquet(stage.seed(_section(args), args.seed_index, args.data, args.dense,
-                                args.work_dir), args.out)
+    io.write_parquet(stage.seed(_settings(args, CompressSeed), args.seed_index, args.data,
+                                args.dense, args.work_dir), args.out)
 
 
 def cmd_figures(args: argparse.Namespace) -> None:
@@ -109,7 +114,8 @@ def cmd_finetune_methods(args: argparse.Namespace) -> None:
     time and peak memory of each method."""
     from . import stage
 
-    io.write_parquet(stage.finetune_methods(_section(args), args.dense), args.out)
+    io.write_parquet(stage.finetune_methods(_settings(args, CompressFinetuneMethods),
+                                            args.dense), args.out)
 
 
 # every compress-* command's required options: (flag, help)

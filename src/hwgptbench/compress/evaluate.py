@@ -24,6 +24,7 @@ import torch
 from ..evaluation.tasks import ClozeItems, score_cloze
 from ..meters.prefill import time_prefill
 from ..model import SuperGPT
+from ..settings.compress import TimingSettings
 from ..space import Arch, SearchSpace
 
 OBJECTIVES = ("perplexity", "params", "latency_ms")
@@ -43,7 +44,7 @@ class SubnetEvaluator:
     supernet: SuperGPT
     batches: list[tuple[torch.Tensor, torch.Tensor]]
     cloze: ClozeItems | None
-    timing: dict[str, Any]
+    timing: TimingSettings
     device: torch.device
     _cache: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import logging
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 import torch
@@ -20,6 +19,8 @@ import torch
 from ..io import atomic_path, canonical_json, load_torch, save_torch
 from ..model import GPT, SuperGPT
 from ..model.dense import load_dense
+from ..settings.build import as_params
+from ..settings.compress import ImportanceSettings
 from ..space import SearchSpace
 from ..tokens.shards import TokenShards
 from ..training.train import TrainConfig, WindowSampler, step_rng, supernet_state, train
@@ -32,12 +33,12 @@ IMPORTED = "imported.pt"
 IMPORTANCE_TABLE = "importance.parquet"
 
 
-def calibration_batches(shards: TokenShards, block_size: int, section: dict[str, Any]
+def calibration_batches(shards: TokenShards, block_size: int, importance: ImportanceSettings
                         ) -> list[torch.Tensor]:
     """Token ids of the calibration batches (training windows, seeded)."""
     sampler = WindowSampler(shards.split("train"), block_size)
-    rng = step_rng(section["seed"])
-    return [sampler.sample(rng, section["batch_size"])[0] for _ in range(section["batches"])]
+    rng = step_rng(importance.seed)
+    return [sampler.sample(rng, importance.batch_size)[0] for _ in range(importance.batches)]
 
 
 def importance_table(scores: list[LayerImportance]) -> pl.DataFrame:
@@ -62,11 +63,11 @@ def import_dense(dense: GPT, space: SearchSpace, batches: list[torch.Tensor] | N
 
 
 def write_imported(dense_path: str | Path, space: SearchSpace, shards: TokenShards,
-                   importance: dict[str, Any], work_dir: Path) -> Path:
+                   importance: ImportanceSettings, work_dir: Path) -> Path:
     """Import the dense file into a supernet file in work_dir (reused when it is of the same
     dense file and importance params) and the importance table beside it."""
     fingerprint = hashlib.sha256(canonical_json(
-        {"dense": file_sha256(dense_path), "importance": importance,
+        {"dense": file_sha256(dense_path), "importance": as_params(importance),
          "space": space.to_dict()}).encode()).hexdigest()
     path = work_dir / IMPORTED
     if path.exists() and load_torch(path, "delete it: it is rebuilt from the dense file",
@@ -74,7 +75,7 @@ def write_imported(dense_path: str | Path, space: SearchSpace, shards: TokenShar
         return path
     dense = load_dense(dense_path)
     batches = (calibration_batches(shards, space.block_size, importance)
-               if importance["enabled"] else None)
+               if importance.enabled else None)
     supernet, scores = import_dense(dense, space, batches)
     if scores is not None:
         with atomic_path(work_dir / IMPORTANCE_TABLE) as tmp:
@@ -85,7 +86,7 @@ def write_imported(dense_path: str | Path, space: SearchSpace, shards: TokenShar
 
 
 def finetune(dense_path: str | Path, space: SearchSpace, cfg: TrainConfig, shards: TokenShards,
-             importance: dict[str, Any], out_dir: str | Path, work_dir: str | Path,
+             importance: ImportanceSettings, out_dir: str | Path, work_dir: str | Path,
              stop_after: int | None = None) -> Path | None:
     """Import and fine-tune; write ``out_dir/supernet.pt``, its loss table and the importance
     table (None: stopped early by ``stop_after``, resumable from ``work_dir``)."""
@@ -93,7 +94,7 @@ def finetune(dense_path: str | Path, space: SearchSpace, cfg: TrainConfig, shard
     work_dir.mkdir(parents=True, exist_ok=True)
     imported = write_imported(dense_path, space, shards, importance, work_dir)
     done = train(cfg, space, shards, out_dir, work_dir, stop_after, init=imported)
-    if done is not None and importance["enabled"]:
+    if done is not None and importance.enabled:
         with atomic_path(out_dir / IMPORTANCE_TABLE) as tmp:
             pl.read_parquet(work_dir / IMPORTANCE_TABLE).write_parquet(tmp)
     return done

@@ -15,7 +15,7 @@ objective set and, for the Pareto sub-networks, the downstream accuracy.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import polars as pl
@@ -24,6 +24,8 @@ from ..moo.algorithms import options_of
 from ..moo.hypervolume import pareto_mask
 from ..moo.reference import Reference
 from ..moo.runner import run
+from ..settings.build import as_params
+from ..settings.compress import SearchSettings
 from ..space import Arch
 from .evaluate import CompressProblem, SubnetEvaluator
 
@@ -39,23 +41,23 @@ def endpoint_reference(problem: CompressProblem, seed: int) -> Reference:
                      values.max(axis=0).tolist(), 0.0, len(ends), False, seed)
 
 
-def run_searches(evaluator: SubnetEvaluator, section: dict[str, Any]) -> pl.DataFrame:
+def run_searches(evaluator: SubnetEvaluator, search: SearchSettings) -> pl.DataFrame:
     """Every (objective set, algorithm) run of ``compress.search``; one row per evaluation."""
     tables = []
-    for name, metrics in section["objectives"].items():
+    options = as_params(search.options)
+    for name, metrics in search.objectives.items():
         problem = CompressProblem(evaluator, tuple(metrics))
-        reference = endpoint_reference(problem, section["seed"])
-        for algorithm in section["algorithms"]:
-            log.info("searching %s with %s (%d evaluations)", name, algorithm,
-                     section["budget"])
-            table = run(problem, reference, algorithm, section["budget"], section["seed"],
-                        options_of(algorithm, section["options"]))
+        reference = endpoint_reference(problem, search.seed)
+        for algorithm in search.algorithms:
+            log.info("searching %s with %s (%d evaluations)", name, algorithm, search.budget)
+            table = run(problem, reference, algorithm, search.budget, search.seed,
+                        options_of(algorithm, options))
             tables.append(table.with_columns(objectives=pl.lit(name)))
     return pl.concat(tables, how="diagonal_relaxed")
 
 
 def subnet_table(evaluator: SubnetEvaluator, runs: pl.DataFrame,
-                 objectives: dict[str, list[str]]) -> pl.DataFrame:
+                 objectives: Mapping[str, Sequence[str]]) -> pl.DataFrame:
     """One row per distinct evaluated sub-network: arch_id, n_layer, params, perplexity,
     latency_ms and tokens_per_s (where timed), ``pareto_{set}`` per objective set, and
     accuracy (for the Pareto ones and the largest)."""

@@ -1,5 +1,6 @@
-"""The compression stage: each step of the compression workflow on the ``compress`` params
-section, outputs returned as tables or written where the caller says.
+"""The compression stage: each step of the compression workflow on its entries of the
+``compress`` params section (its settings type, :mod:`hwgptbench.settings.compress`), outputs
+returned as tables or written where the caller says.
 
 :func:`dense` (pretrain or import the dense model), :func:`finetune_supernet` (importance
 order, import, one sandwich fine-tune), :func:`search` (sub-networks searched and evaluated),
@@ -12,15 +13,29 @@ and calls these.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from .. import io, params
+from ..settings.build import as_params, required
+from ..settings.compress import (
+    CompressDense,
+    CompressFinetune,
+    CompressFinetuneMethods,
+    CompressModel,
+    CompressSearch,
+    CompressSeed,
+    CompressTable,
+    EvaluateSettings,
+    TimingSettings,
+    TrainingSettings,
+)
 from ..space import SearchSpace
 from ..tokens.shards import TokenShards
 
@@ -28,47 +43,56 @@ if TYPE_CHECKING:
     import torch
 
     from ..model import GPT
+    from ..training.train import TrainConfig
     from .evaluate import SubnetEvaluator
     from .table import BaselinePlan
 
 log = logging.getLogger(__name__)
 
 
-def space_of(section: dict[str, Any]) -> SearchSpace:
+def space_of(settings: CompressModel) -> SearchSpace:
     """The compression's search space (``compress.space``)."""
-    return SearchSpace.from_dict(section["name"], section["space"])
+    return SearchSpace.from_dict(settings.name, settings.space)
 
 
-def dense(section: dict[str, Any], data: str, out: str, work_dir: str) -> None:
+def train_config(training: TrainingSettings) -> TrainConfig:
+    """The trainer's config of ``compress.pretrain`` or ``compress.finetune``."""
+    from ..training.train import TrainConfig
+
+    return TrainConfig.from_params(as_params(training))
+
+
+def dense(settings: CompressDense, data: str, out: str, work_dir: str) -> None:
     """The dense model: trained here (source pretrain) or imported from a local Hugging Face
     LLaMA-family checkpoint (source huggingface), written to ``out``."""
-    from ..training.train import TrainConfig
     from .dense import from_huggingface, pretrain
 
-    space = space_of(section)
-    if section["source"] == "huggingface":
-        from_huggingface(section["checkpoint"], space, out, section["allow_pickle_weights"])
+    space = space_of(settings)
+    if settings.source == "huggingface":
+        from_huggingface(required(settings.checkpoint, "compress.checkpoint"), space, out,
+                         settings.allow_pickle_weights)
         return
-    pretrain(space, TrainConfig.from_params(section["pretrain"]),
-             TokenShards.open(data, verify=True), out, work_dir)
+    pretrain(space, train_config(settings.pretrain), TokenShards.open(data, verify=True), out,
+             work_dir)
 
 
-def finetune_supernet(section: dict[str, Any], data: str, dense_path: str,
+def finetune_supernet(settings: CompressFinetune, data: str, dense_path: str,
                       out: str | Path, work_dir: str | Path) -> Path:
     """The dense model's heads and MLP channels ordered by importance, imported into the
     supernet of compress.space and fine-tuned once with the sandwich rule (resumes); the
     supernet's file."""
-    from ..training.train import TrainConfig
     from .finetune import finetune
 
-    supernet = finetune(dense_path, space_of(section), TrainConfig.from_params(section["finetune"]),
-                        TokenShards.open(data, verify=True), section["importance"], out, work_dir)
+    supernet = finetune(dense_path, space_of(settings), train_config(settings.finetune),
+                        TokenShards.open(data, verify=True), settings.importance, out, work_dir)
     assert supernet is not None  # None only for a run told to stop early
     return supernet
 
 
-def evaluator(section: dict[str, Any], data_dir: str, supernet_path: str) -> SubnetEvaluator:
-    """Sub-network evaluation on the held-out data the params describe, on this machine."""
+def evaluator(evaluate: EvaluateSettings, timing: TimingSettings, data_dir: str,
+              supernet_path: str) -> SubnetEvaluator:
+    """Sub-network evaluation on the held-out data of ``evaluate``, timed as ``timing`` says,
+    on this machine."""
     import torch
 
     from ..evaluation.perplexity import validation_batches
@@ -76,52 +100,51 @@ def evaluator(section: dict[str, Any], data_dir: str, supernet_path: str) -> Sub
     from ..training.train import load_supernet, resolve_device
     from .evaluate import SubnetEvaluator
 
-    torch.set_num_threads(section["timing"]["threads"])
-    evaluate = section["evaluate"]
-    device = resolve_device(evaluate["device"])
+    torch.set_num_threads(timing.threads)
+    device = resolve_device(evaluate.device)
     supernet, space = load_supernet(supernet_path, device)
     val = TokenShards.open(data_dir).split("val")
-    batches = validation_batches(val, space.block_size, evaluate["batches"],
-                                 evaluate["batch_size"], evaluate["seed"])
-    cloze = evaluate["cloze"]
-    items = (build_cloze(val, cloze["items"], cloze["context_len"], cloze["choice_len"],
-                         cloze["choices"], cloze["seed"]) if cloze["items"] else None)
-    return SubnetEvaluator(supernet, batches, items, section["timing"], device)
+    batches = validation_batches(val, space.block_size, evaluate.batches, evaluate.batch_size,
+                                 evaluate.seed)
+    cloze = evaluate.cloze
+    items = (build_cloze(val, cloze.items, cloze.context_len, cloze.choice_len, cloze.choices,
+                         cloze.seed) if cloze.items else None)
+    return SubnetEvaluator(supernet, batches, items, timing, device)
 
 
-def search(section: dict[str, Any], evaluator: SubnetEvaluator
+def search(settings: CompressSearch, evaluator: SubnetEvaluator
            ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The search runs and the table of every sub-network they evaluated."""
     from .search import run_searches, subnet_table
 
-    runs = run_searches(evaluator, section["search"])
-    subnets = subnet_table(evaluator, runs, section["search"]["objectives"])
+    runs = run_searches(evaluator, settings.search)
+    subnets = subnet_table(evaluator, runs, settings.search.objectives)
     log.info("%d runs, %d distinct sub-networks evaluated",
              runs.select("objectives", "algorithm").n_unique(), subnets.height)
     return runs, subnets
 
 
-def _baseline_plan(section: dict[str, Any], dense: GPT, shards: TokenShards,
+def _baseline_plan(settings: CompressTable, dense: GPT, shards: TokenShards,
                    calibration: list[torch.Tensor], device: torch.device) -> BaselinePlan:
     """The table's baselines as compress.table.baseline_finetune asks: the pretrained dense
     model in the importance order the supernet import gave it, and the recovery fine-tune
     with compress.finetune's budget."""
-    from ..training.train import TrainConfig, WindowSampler
+    from ..training.train import WindowSampler
     from .importance import reorder, unit_importance
     from .recovery import recover
     from .table import BaselinePlan
 
     pretrained = copy.deepcopy(dense)
-    if section["importance"]["enabled"]:  # as write_imported orders it
+    if settings.importance.enabled:  # as write_imported orders it
         reorder(pretrained, unit_importance(pretrained, calibration))
     sampler = WindowSampler(shards.split("train"), dense.config.block_size)
-    cfg = TrainConfig.from_params(section["finetune"])
-    return BaselinePlan(calibration, section["table"]["baseline_finetune"], pretrained,
+    cfg = train_config(settings.finetune)
+    return BaselinePlan(calibration, settings.table.baseline_finetune, pretrained,
                         lambda model, keep_zeros: recover(model, cfg, sampler, device,
                                                           keep_zeros))
 
 
-def table(section: dict[str, Any], evaluator: SubnetEvaluator, data_dir: str,
+def table(settings: CompressTable, evaluator: SubnetEvaluator, data_dir: str,
           dense_path: str, subnets: pl.DataFrame) -> pl.DataFrame:
     """The compression table (hwgptbench.compress.table) of the evaluator's fine-tuned
     supernet."""
@@ -131,33 +154,37 @@ def table(section: dict[str, Any], evaluator: SubnetEvaluator, data_dir: str,
 
     dense_model = load_dense(dense_path, evaluator.device)
     largest = evaluator.space.largest()  # the fair reference: the fine-tuned dense shape
-    chosen = picks(subnets, evaluator.perplexity(largest), section["search"]["objectives"],
-                   section["table"]["tolerances"], largest.id)
+    chosen = picks(subnets, evaluator.perplexity(largest), settings.search.objectives,
+                   settings.table.tolerances, largest.id)
     shards = TokenShards.open(data_dir)
-    calibration = calibration_batches(shards, evaluator.space.block_size, section["importance"])
-    plan = _baseline_plan(section, dense_model, shards, calibration, evaluator.device)
-    result = compression_table(dense_model, evaluator, chosen, section["quantize"], plan)
+    calibration = calibration_batches(shards, evaluator.space.block_size, settings.importance)
+    plan = _baseline_plan(settings, dense_model, shards, calibration, evaluator.device)
+    result = compression_table(dense_model, evaluator, chosen, settings.quantize, plan)
     log.info("compression table: %d rows", result.height)
     return result
 
 
-def seed(section: dict[str, Any], index: int, data: str, dense_path: str,
+def seed(settings: CompressSeed, index: int, data: str, dense_path: str,
          work_dir: str | Path) -> pl.DataFrame:
     """One more fine-tune seed of the compression (compress.seeds): the fine-tune, search and
     table again, with compress.finetune.seed and compress.search.seed offset by ``index``; the
     supernet, runs and sub-networks go to ``work_dir`` (resumes); the table is returned."""
-    if not 1 <= index < section["seeds"]:
+    if not 1 <= index < settings.seeds:
         raise params.ParamsError(f"--seed-index {index} is not in [1, compress.seeds "
-                                 f"= {section['seeds']}): seed 0 is the run's own outputs")
-    section = {**section, **{entry: section[entry] | {"seed": section[entry]["seed"] + index}
-                             for entry in ("finetune", "search")}}
+                                 f"= {settings.seeds}): seed 0 is the run's own outputs")
+    settings = dataclasses.replace(
+        settings, finetune=dataclasses.replace(settings.finetune,
+                                               seed=settings.finetune.seed + index),
+        search=dataclasses.replace(settings.search, seed=settings.search.seed + index))
     work = Path(work_dir)
-    supernet = finetune_supernet(section, data, dense_path, work / "supernet", work / "finetune")
-    subnet_evaluator = evaluator(section, data, str(supernet))  # the search's and the table's
-    runs, subnets = search(section, subnet_evaluator)
+    supernet = finetune_supernet(settings, data, dense_path, work / "supernet",
+                                 work / "finetune")
+    subnet_evaluator = evaluator(settings.evaluate, settings.timing, data,
+                                 str(supernet))  # the search's and the table's
+    runs, subnets = search(settings, subnet_evaluator)
     io.write_parquet(runs, work / "search.parquet")
     io.write_parquet(subnets, work / "subnets.parquet")
-    return table(section, subnet_evaluator, data, dense_path, subnets)
+    return table(settings, subnet_evaluator, data, dense_path, subnets)
 
 
 def figures(compression: pl.DataFrame, subnets: pl.DataFrame, runs: pl.DataFrame,
@@ -173,7 +200,7 @@ def figures(compression: pl.DataFrame, subnets: pl.DataFrame, runs: pl.DataFrame
     write_table(search_edge([compression, *seed_tables]), out / "table_compress_baselines")
 
 
-def finetune_methods(section: dict[str, Any], dense_path: str) -> pl.DataFrame:
+def finetune_methods(settings: CompressFinetuneMethods, dense_path: str) -> pl.DataFrame:
     """Full fine-tuning vs LoRA of the dense model on this machine: trainable parameters, step
     time and peak memory of each method, with the machine's identity and versions."""
     import torch
@@ -184,13 +211,13 @@ def finetune_methods(section: dict[str, Any], dense_path: str) -> pl.DataFrame:
     from ..versions import library_versions
     from .finetune_methods import measure_finetune_methods
 
-    spec, threads = section["finetune_methods"], section["timing"]["threads"]
+    spec, threads = settings.finetune_methods, settings.timing.threads
     torch.set_num_threads(threads)
-    device = resolve_device(spec["device"])
+    device = resolve_device(spec.device)
     load = functools.partial(load_dense, dense_path, device)
     rows = measure_finetune_methods(
-        load, spec["methods"], spec["lora"], load().config.vocab_size, spec["batch_size"],
-        spec["seq_len"], spec["dtype"], device, spec["warmup"], spec["repeats"], spec["seed"])
+        load, spec.methods, as_params(spec.lora), load().config.vocab_size, spec.batch_size,
+        spec.seq_len, spec.dtype, device, spec.warmup, spec.repeats, spec.seed)
     extra = {**fingerprint(threads, device), **library_versions()}
     log.info("fine-tuning methods: %d rows", len(rows))
     return pl.DataFrame([row | extra for row in rows], infer_schema_length=None)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
@@ -69,7 +69,7 @@ PRETRAINED = "dense"  # the dense model as pretrained (or imported)
 
 
 def picks(subnets: pl.DataFrame, reference_perplexity: float,
-          objectives: dict[str, list[str]], tolerances: list[float], largest: str
+          objectives: Mapping[str, Sequence[str]], tolerances: Sequence[float], largest: str
           ) -> list[tuple[str, str]]:
     """(label, arch id) of the sub-networks the table reports (see the module docstring);
     ``reference_perplexity`` is the fair reference's, the fine-tuned largest sub-network's."""
@@ -182,7 +182,7 @@ class BaselinePlan:
 
 
 def compression_table(dense: GPT, evaluator: SubnetEvaluator, chosen: list[tuple[str, str]],
-                      methods: list[str], plan: BaselinePlan | None = None) -> pl.DataFrame:
+                      methods: Sequence[str], plan: BaselinePlan | None = None) -> pl.DataFrame:
     """One row per (model, quantization method), with ratios to the fair reference and to the
     dense model as pretrained, both unquantized (module docstring). With a ``plan``, the
     baselines of each searched pick follow, at its parameter count, unquantized, once per

@@ -39,16 +39,14 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     """Evaluate an export folder: the offline cloze and perplexity tasks on the data stage's
     held-out split, and lm-eval's tasks with their data from the local Hugging Face cache."""
     from ..io import check_output_file
-    from .evaluate import defaults, evaluate_export, write_results
+    from .evaluate import PERPLEXITY_KEYS, defaults, evaluate_export, overridden, write_results
 
-    settings = defaults(args.params)
-    for task, keys in (("cloze", ("items", "context_len", "choice_len", "choices", "seed")),
-                       ("perplexity", ("batches", "batch_size", "seed"))):
-        prefix = "cloze" if task == "cloze" else "ppl"
-        for key in keys:
-            value = getattr(args, f"{prefix}_{key}")
-            if value is not None:
-                settings[task][key] = value
+    cloze = {key: getattr(args, f"cloze_{key}") for key in ("items", "context_len",
+                                                            "choice_len", "choices", "seed")}
+    perplexity = {key: getattr(args, f"ppl_{key}") for key in PERPLEXITY_KEYS}
+    settings = overridden(defaults(args.params),
+                          {k: v for k, v in cloze.items() if v is not None},
+                          {k: v for k, v in perplexity.items() if v is not None})
     check_output_file(args.out)
     results = evaluate_export(args.model, args.data, args.format, args.tasks, settings,
                               args.batch_size, args.limit, args.num_fewshot)
@@ -65,17 +63,20 @@ def cmd_export_pareto(args: argparse.Namespace) -> None:
     import polars as pl
 
     from .. import params
+    from ..settings.compress import CompressExport
+    from ..settings.export import ExportSettings
     from ..tokens.tokenizer import TOKENIZER_FILE
     from .pareto import chosen_archs, export_archs
 
     merged = params.merge_files(args.params or ["params.yaml"], ["export", "compress"])
-    section, compress = merged["export"], merged["compress"]
-    archs = chosen_archs(pl.read_parquet(args.subnets), section["pareto"], section["max_archs"],
-                         section["archs"])
+    settings = ExportSettings.of(merged["export"])
+    compress = CompressExport.of(merged["compress"], args.command)
+    archs = chosen_archs(pl.read_parquet(args.subnets), settings.pareto, settings.max_archs,
+                         settings.archs)
     tokenizer = Path(args.data) / TOKENIZER_FILE
-    index = export_archs(args.supernet, archs, args.out, section["formats"],
+    index = export_archs(args.supernet, archs, args.out, settings.formats,
                          tokenizer if tokenizer.exists() else None,
-                         {"name": compress["name"], "stage": "compress"}, compress["timing"])
+                         {"name": compress.name, "stage": "compress"}, compress.timing)
     log.info("exported %d archs to %s (%d files checked)", len(archs), args.out,
              index.filter(index["passed"].is_not_null()).height)
 

@@ -15,6 +15,7 @@ local cache is a :class:`~hwgptbench.errors.UserError` that says how to provide 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -29,6 +30,8 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from ..io import atomic_write_json
+from ..settings.build import as_params, build
+from ..settings.compress import ClozeSettings, EvaluateSettings
 from ..versions import library_versions
 from . import manifest as export_manifest
 from .check import Logits
@@ -41,11 +44,11 @@ OFFLINE_TASKS = ("cloze", "perplexity")
 DEFAULT_TASKS = OFFLINE_TASKS
 # the default format of an export folder: the first of these it holds
 PREFERENCE = ("hf", "pt2", "onnx")
-# the values of params.yaml's compress.evaluate (``--params`` reads them from a params file)
-DEFAULTS: dict[str, dict[str, int]] = {
-    "cloze": {"items": 200, "context_len": 48, "choice_len": 16, "choices": 4, "seed": 7},
-    "perplexity": {"batches": 4, "batch_size": 16, "seed": 99},
-}
+# params.yaml's compress.evaluate (``--params`` reads it from a params file)
+DEFAULTS = EvaluateSettings(batches=4, batch_size=16, seed=99, device="auto",
+                            cloze=ClozeSettings(items=200, context_len=48, choice_len=16,
+                                                choices=4, seed=7))
+PERPLEXITY_KEYS = ("batches", "batch_size", "seed")  # what the perplexity task reads of it
 LIBRARIES = ("torch", "transformers", "tokenizers", "onnxruntime", "lm-eval", "datasets")
 OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 DATA_HINT = ("lm-eval never downloads here: on a machine with network access load the task "
@@ -55,20 +58,29 @@ DATA_HINT = ("lm-eval never downloads here: on a machine with network access loa
              "HF_DATASETS_CACHE (or HF_HOME) at it")
 
 
-def defaults(params_files: Sequence[str] | None) -> dict[str, dict[str, int]]:
+def defaults(params_files: Sequence[str] | None) -> EvaluateSettings:
     """The cloze and perplexity settings: :data:`DEFAULTS`, or compress.evaluate of the params
     files."""
     if not params_files:
-        return {task: dict(values) for task, values in DEFAULTS.items()}
+        return DEFAULTS
     from .. import params
 
     section = params.merge_files(list(params_files), ["compress"])["compress"]
     if "evaluate" not in section:
         raise params.ParamsError(f"{', '.join(params_files)}: no compress.evaluate, which "
                                  "holds the cloze and perplexity settings")
-    evaluate = section["evaluate"]
-    return {"cloze": {key: int(evaluate["cloze"][key]) for key in DEFAULTS["cloze"]},
-            "perplexity": {key: int(evaluate[key]) for key in DEFAULTS["perplexity"]}}
+    return build(EvaluateSettings, section["evaluate"], "compress.evaluate")
+
+
+def overridden(settings: EvaluateSettings, cloze: dict[str, int], perplexity: dict[str, int]
+               ) -> EvaluateSettings:
+    """settings with the cloze values and the perplexity ones (of :data:`PERPLEXITY_KEYS`)
+    replaced."""
+    return dataclasses.replace(
+        settings, cloze=dataclasses.replace(settings.cloze, **cloze),
+        batches=perplexity.get("batches", settings.batches),
+        batch_size=perplexity.get("batch_size", settings.batch_size),
+        seed=perplexity.get("seed", settings.seed))
 
 
 def written_formats(manifest: dict[str, Any]) -> list[str]:
@@ -89,38 +101,38 @@ def pick_format(folder: Path, manifest: dict[str, Any], fmt: str | None) -> str:
                     "the arch again")
 
 
-def _check_cloze(settings: dict[str, int], block_size: int) -> None:
+def _check_cloze(settings: ClozeSettings, block_size: int) -> None:
     """UserError when a cloze item does not fit the model's context."""
-    length = settings["context_len"] + settings["choice_len"] - 1
+    length = settings.context_len + settings.choice_len - 1
     if length > block_size:
         raise UserError(f"cloze: context_len + choice_len - 1 = {length} tokens exceed the "
                         f"model's block size {block_size}: pass a smaller --cloze-context-len "
                         "or --cloze-choice-len")
 
 
-def cloze_task(run: Logits, val: Sequence[Any], settings: dict[str, int], block_size: int,
+def cloze_task(run: Logits, val: Sequence[Any], settings: ClozeSettings, block_size: int,
                batch_size: int) -> dict[str, float | int]:
     """:func:`~hwgptbench.evaluation.tasks.score_cloze` of the model on items of the val split."""
     from ..evaluation.tasks import build_cloze, score_cloze
 
     _check_cloze(settings, block_size)
     try:
-        items = build_cloze(val, settings["items"], settings["context_len"],
-                            settings["choice_len"], settings["choices"], settings["seed"])
+        items = build_cloze(val, settings.items, settings.context_len, settings.choice_len,
+                            settings.choices, settings.seed)
     except ValueError as err:
         raise UserError(f"cloze: {err}") from err
     return score_cloze(run, items, batch_size=batch_size)
 
 
 @torch.inference_mode()
-def perplexity_task(run: Logits, val: Sequence[Any], settings: dict[str, int],
+def perplexity_task(run: Logits, val: Sequence[Any], settings: EvaluateSettings,
                     block_size: int) -> dict[str, float | int]:
     """Mean next-token loss and perplexity over seeded windows of block_size tokens of val."""
     from ..evaluation.perplexity import validation_batches
 
     try:
-        batches = validation_batches(val, block_size, settings["batches"],
-                                     settings["batch_size"], settings["seed"])
+        batches = validation_batches(val, block_size, settings.batches, settings.batch_size,
+                                     settings.seed)
     except ValueError as err:
         raise UserError(f"perplexity: {err}") from err
     losses = [float(F.cross_entropy(run(x).float().flatten(0, 1), y.flatten()))
@@ -251,7 +263,7 @@ def _check_tokenizer(tokenizer: Any, vocab_size: int, data_dir: Path) -> None:
 
 def evaluate_export(folder: str | Path, data_dir: str | Path, fmt: str | None = None,
                     tasks: Sequence[str] = DEFAULT_TASKS,
-                    settings: dict[str, dict[str, int]] | None = None, batch_size: int = 16,
+                    settings: EvaluateSettings = DEFAULTS, batch_size: int = 16,
                     limit: int | float | None = None, num_fewshot: int | None = None
                     ) -> dict[str, Any]:
     """The results of the fmt model of an export folder (default: :func:`pick_format`) on
@@ -267,7 +279,6 @@ def evaluate_export(folder: str | Path, data_dir: str | Path, fmt: str | None = 
         raise UserError(f"no tasks: give --tasks ({', '.join(OFFLINE_TASKS)} or lm-eval's)")
     manifest = export_manifest.read(folder)
     fmt = pick_format(folder, manifest, fmt)
-    settings = settings or defaults(None)
     offline = [task for task in dict.fromkeys(tasks) if task in OFFLINE_TASKS]
     remote = [task for task in dict.fromkeys(tasks) if task not in OFFLINE_TASKS]
     hf_dir = _own_hf(folder, manifest, fmt) if remote else None
@@ -279,7 +290,7 @@ def evaluate_export(folder: str | Path, data_dir: str | Path, fmt: str | None = 
     _check_tokenizer(tokenizer, manifest["vocab_size"], data_dir)
     block_size = int(manifest["block_size"])
     if "cloze" in offline:
-        _check_cloze(settings["cloze"], block_size)
+        _check_cloze(settings.cloze, block_size)
     manager = None
     if remote:  # before the offline tasks: a task lm-eval cannot load fails at once
         with hub_offline():
@@ -292,11 +303,12 @@ def evaluate_export(folder: str | Path, data_dir: str | Path, fmt: str | None = 
         assert run is not None
         start = time.perf_counter()
         if task == "cloze":
-            results[task] = cloze_task(run, val, settings["cloze"], block_size, batch_size)
+            results[task] = cloze_task(run, val, settings.cloze, block_size, batch_size)
+            used[task] = as_params(settings.cloze)
         else:
-            results[task] = perplexity_task(run, val, settings["perplexity"], block_size)
+            results[task] = perplexity_task(run, val, settings, block_size)
+            used[task] = {key: getattr(settings, key) for key in PERPLEXITY_KEYS}
         seconds[task] = time.perf_counter() - start
-        used[task] = settings[task]
         log.info("%s %s: %s", fmt, task, results[task])
     if remote:
         start = time.perf_counter()

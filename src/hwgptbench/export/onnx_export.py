@@ -20,6 +20,7 @@ from torch import Tensor
 from torch.export import ExportedProgram
 
 from ..model import GPT
+from ..settings.compress import TimingSettings
 from .check import Logits
 
 FILE = "model.onnx"
@@ -97,7 +98,7 @@ def load(folder: Path, threads: int | None = None) -> Logits:
 
 
 @torch.no_grad()
-def latency(model: GPT, folder: Path, ids: Tensor, timing: dict[str, Any],
+def latency(model: GPT, folder: Path, ids: Tensor, timing: TimingSettings,
             threads: int | None = None) -> dict[str, Any]:
     """ms per forward of ids through ONNX Runtime and through the eager model (fp32, on the
     CPU, ``threads`` intra-op threads for both, default each library's choice), timed

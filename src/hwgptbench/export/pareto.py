@@ -14,6 +14,7 @@ its ONNX model is timed against eager PyTorch on the compression's timing input
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import polars as pl
 from ..errors import UserError
 from ..io import atomic_dir, check_output_dir, write_parquet
 from ..meters.prefill import prefill_ids
+from ..settings.compress import TimingSettings
 from . import onnx_export
 from .write import export_arch, open_source
 
@@ -39,8 +41,8 @@ def spread(count: int, keep: int) -> list[int]:
     return sorted({round(i * (count - 1) / (keep - 1)) for i in range(keep)})
 
 
-def chosen_archs(subnets: pl.DataFrame, pareto: list[str], max_archs: int, archs: list[str]
-                 ) -> list[tuple[str, str]]:
+def chosen_archs(subnets: pl.DataFrame, pareto: Sequence[str], max_archs: int,
+                 archs: Sequence[str]) -> list[tuple[str, str]]:
     """(arch id, why) of every arch to export (module docstring), each once."""
     chosen: dict[str, str] = {}
     for name in pareto:
@@ -60,12 +62,12 @@ def chosen_archs(subnets: pl.DataFrame, pareto: list[str], max_archs: int, archs
 
 
 def export_archs(supernet: str | Path, archs: list[tuple[str, str]], out_dir: str | Path,
-                 formats: list[str], tokenizer: str | Path | None, source: dict[str, Any],
-                 timing: dict[str, Any]) -> pl.DataFrame:
+                 formats: Sequence[str], tokenizer: str | Path | None,
+                 source: dict[str, Any], timing: TimingSettings) -> pl.DataFrame:
     """Export each (arch id, why) of the supernet file to ``out_dir/{arch id}/`` and write the
     index table ``out_dir/exports.parquet`` (one row per arch and format); out_dir is replaced
-    as a whole. ``timing``: the compression's (batch_size, seq_len, threads and the latency
-    keys), for the ONNX Runtime vs eager comparison."""
+    as a whole. ``timing``: the compression's (``compress.timing``), for the ONNX Runtime vs
+    eager comparison."""
     check_output_dir(out_dir, INDEX, "export of archs")
     rows: list[dict[str, Any]] = []
     model_of, info = open_source(supernet)  # read and hashed once for every arch
@@ -80,7 +82,7 @@ def export_archs(supernet: str | Path, archs: list[tuple[str, str]], out_dir: st
                 # written and run by ONNX Runtime: timed against eager PyTorch
                 speed = onnx_export.latency(model, folder,
                                             prefill_ids(timing, model.config.vocab_size),
-                                            timing, timing["threads"])
+                                            timing, timing.threads)
             for fmt, record in manifest["formats"].items():
                 check = record.get("check", {})
                 rows.append({

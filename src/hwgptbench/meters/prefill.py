@@ -11,18 +11,17 @@ import torch.nn as nn
 
 from ..meters.latency import measure_latency
 from ..meters.runner import cpu_estimator
+from ..settings.compress import TimingSettings
 
-TIMING_KEYS = ("warmup", "min_repeats", "max_repeats", "target_rel_ci", "max_seconds")
 
-
-def prefill_ids(timing: dict[str, Any], vocab_size: int) -> torch.Tensor:
+def prefill_ids(timing: TimingSettings, vocab_size: int) -> torch.Tensor:
     """The timed prefill's input: seeded token ids of the timing's (batch_size, seq_len)."""
     generator = torch.Generator().manual_seed(0)
-    return torch.randint(vocab_size, (timing["batch_size"], timing["seq_len"]),
+    return torch.randint(vocab_size, (timing.batch_size, timing.seq_len),
                          generator=generator)
 
 
-def prefill_call(model: nn.Module, timing: dict[str, Any], vocab_size: int,
+def prefill_call(model: nn.Module, timing: TimingSettings, vocab_size: int,
                  device: torch.device) -> Callable[[], torch.Tensor]:
     """One prefill of :func:`prefill_ids`, no autograd."""
     x = prefill_ids(timing, vocab_size).to(device)
@@ -34,21 +33,23 @@ def prefill_call(model: nn.Module, timing: dict[str, Any], vocab_size: int,
     return call
 
 
-def speed(latency_ms: float, timing: dict[str, Any]) -> dict[str, float]:
+def speed(latency_ms: float, timing: TimingSettings) -> dict[str, float]:
     """latency_ms and the prefill throughput it gives, tokens_per_s."""
-    tokens = timing["batch_size"] * timing["seq_len"]
+    tokens = timing.batch_size * timing.seq_len
     return {"latency_ms": latency_ms, "tokens_per_s": 1000.0 * tokens / latency_ms}
 
 
-def timing_kwargs(timing: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    """The latency timers' keyword arguments of a ``compress.timing`` section on device: the
-    repeats and stopping rule it sets, and its ``estimator`` on a CPU (the measure stage's
-    protocol, docs/measure.md; CUDA events: the median)."""
-    return {**{k: timing[k] for k in TIMING_KEYS if k in timing},
-            "estimator": cpu_estimator(timing.get("estimator", "median"), torch.device(device))}
+def timing_kwargs(timing: TimingSettings, device: torch.device) -> dict[str, Any]:
+    """The latency timers' keyword arguments of ``compress.timing`` on device: the repeats and
+    stopping rule it sets, and its ``estimator`` on a CPU (the measure stage's protocol,
+    docs/measure.md; CUDA events: the median)."""
+    return {"warmup": timing.warmup, "min_repeats": timing.min_repeats,
+            "max_repeats": timing.max_repeats, "target_rel_ci": timing.target_rel_ci,
+            "max_seconds": timing.max_seconds,
+            "estimator": cpu_estimator(timing.estimator, torch.device(device))}
 
 
-def time_prefill(model: nn.Module, timing: dict[str, Any], vocab_size: int,
+def time_prefill(model: nn.Module, timing: TimingSettings, vocab_size: int,
                  device: torch.device) -> dict[str, float]:
     """latency_ms (the timing's estimator) and tokens_per_s of one prefill call of model."""
     call = prefill_call(model, timing, vocab_size, device)
