@@ -24,7 +24,7 @@ from hwgptbench.evaluation.perplexity import validation_batches
 from hwgptbench.evaluation.tasks import build_cloze
 from hwgptbench.model.dense import load_dense
 from hwgptbench.settings.build import build
-from hwgptbench.settings.compress import ImportanceSettings, SearchSettings, TimingSettings
+from hwgptbench.settings.compress import ImportanceSettings, SubnetSearchSettings, TimingSettings
 from hwgptbench.space import SearchSpace
 from hwgptbench.tokens.shards import TokenShards
 from hwgptbench.training.train import TrainConfig, WindowSampler, load_supernet
@@ -98,7 +98,7 @@ def test_search_and_table(space: SearchSpace, dense_file: Path, shakespeare: Pat
     val = shards.split("val")
     evaluator = SubnetEvaluator(supernet, validation_batches(val, 32, 1, 2, 0),
                                 build_cloze(val, 6, 16, 8, 3, 0), TIMING, torch.device("cpu"))
-    search = build(SearchSettings, {
+    search = build(SubnetSearchSettings, {
         "objectives": {"ppl-params": ["perplexity", "params"],
                        "ppl-latency": ["perplexity", "latency_ms"]},
         "algorithms": ["nsga2", "iterative"], "budget": 6, "seed": 0,

@@ -25,7 +25,7 @@ from ..moo.hypervolume import pareto_mask
 from ..moo.reference import Reference
 from ..moo.runner import run
 from ..settings.build import as_params
-from ..settings.compress import SearchSettings
+from ..settings.compress import SubnetSearchSettings
 from ..space import Arch
 from .evaluate import CompressProblem, SubnetEvaluator
 
@@ -41,7 +41,7 @@ def endpoint_reference(problem: CompressProblem, seed: int) -> Reference:
                      values.max(axis=0).tolist(), 0.0, len(ends), False, seed)
 
 
-def run_searches(evaluator: SubnetEvaluator, search: SearchSettings) -> pl.DataFrame:
+def run_searches(evaluator: SubnetEvaluator, search: SubnetSearchSettings) -> pl.DataFrame:
     """Every (objective set, algorithm) run of ``compress.search``; one row per evaluation."""
     tables = []
     options = as_params(search.options)

@@ -161,7 +161,7 @@ class SearchOptions:
 
 
 @dataclass(frozen=True)
-class SearchSettings:
+class SubnetSearchSettings:
     """The search of the fine-tuned supernet's sub-networks (``compress.search``)."""
 
     objectives: dict[str, tuple[Objective, ...]]
@@ -231,7 +231,7 @@ class CompressSearch(CompressReads):
 
     evaluate: EvaluateSettings
     timing: TimingSettings
-    search: SearchSettings
+    search: SubnetSearchSettings
 
 
 @dataclass(frozen=True)
