@@ -187,3 +187,42 @@ def test_marginals_score_as_the_model_does() -> None:
             assert int(expected.argmax()) == int(got.argmax())
     with pytest.raises(ValueError, match="single points"):
         Marginals(model).posterior(candidates.reshape(100, 3, 6))
+
+
+def test_pooled_posterior_is_the_gps_and_scores_qlognei_alike() -> None:
+    """PooledGP's posterior of sets sharing a baseline is SingleTaskGP's, set by set, and
+    rsbo's qLogNEI (cached root, as the search runs it) scores a pool alike with either."""
+    from botorch.acquisition.logei import qLogNoisyExpectedImprovement
+    from botorch.acquisition.objective import GenericMCObjective
+    from botorch.models import SingleTaskGP
+    from botorch.models.transforms.outcome import Standardize
+    from botorch.sampling.normal import SobolQMCNormalSampler
+    from botorch.utils.low_rank import extract_batch_covar
+    from botorch.utils.multi_objective.scalarization import get_chebyshev_scalarization
+
+    from hwgptbench.moo.algorithms.bo import PooledGP
+
+    generator = torch.Generator().manual_seed(0)
+    X = torch.rand(40, 6, dtype=torch.float64, generator=generator)
+    Y = torch.stack([X[:, :3].sum(-1), -X[:, 3:].sum(-1) + X[:, 0]], -1)
+    plain = SingleTaskGP(X, Y, outcome_transform=Standardize(m=2))
+    pooled = PooledGP(X, Y, outcome_transform=Standardize(m=2))
+    pooled.load_state_dict(plain.state_dict())
+    plain.eval(), pooled.eval()
+    candidates = torch.rand(300, 1, 6, dtype=torch.float64, generator=generator)
+    sets = torch.cat([X[:7].expand(300, 7, 6), candidates], dim=-2)
+    with torch.no_grad():
+        expected, got = plain.posterior(sets), pooled.posterior(sets)
+        assert torch.allclose(expected.mean, got.mean, rtol=1e-9, atol=1e-12)
+        blocks = [extract_batch_covar(p.distribution).to_dense() for p in (expected, got)]
+        assert torch.allclose(blocks[0], blocks[1], rtol=1e-7, atol=1e-10)  # (300, 2, 8, 8)
+        one = plain.posterior(X[:5])  # anything else: SingleTaskGP's own posterior
+        assert torch.equal(one.mean, pooled.posterior(X[:5]).mean)
+        scalarize = get_chebyshev_scalarization(torch.tensor([0.3, 0.7], dtype=torch.float64),
+                                                Y, alpha=0.05)
+        scores = [qLogNoisyExpectedImprovement(
+            model, X_baseline=X, objective=GenericMCObjective(scalarize), prune_baseline=True,
+            cache_root=True, sampler=SobolQMCNormalSampler(torch.Size([128]), seed=3))(
+                candidates) for model in (plain, pooled)]
+    assert torch.allclose(scores[0], scores[1], rtol=1e-6, atol=1e-9)
+    assert int(scores[0].argmax()) == int(scores[1].argmax())

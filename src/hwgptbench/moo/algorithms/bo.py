@@ -84,6 +84,7 @@ from botorch.models.model import Model
 from botorch.models.transforms.outcome import Standardize
 from botorch.posteriors.gpytorch import GPyTorchPosterior
 from botorch.sampling.normal import SobolQMCNormalSampler
+from botorch.utils.low_rank import extract_batch_covar
 from botorch.utils.multi_objective.box_decompositions.non_dominated import (
     FastNondominatedPartitioning,
 )
@@ -91,7 +92,11 @@ from botorch.utils.multi_objective.scalarization import get_chebyshev_scalarizat
 from botorch.utils.sampling import sample_simplex
 from gpytorch.distributions import MultitaskMultivariateNormal
 from gpytorch.mlls import ExactMarginalLogLikelihood
-from linear_operator.operators import DiagLinearOperator
+from linear_operator.operators import (
+    BlockDiagLinearOperator,
+    DenseLinearOperator,
+    DiagLinearOperator,
+)
 
 from ...space import Arch
 from ..evaluator import Evaluator
@@ -174,6 +179,40 @@ class Marginals(Model):
         posterior = GPyTorchPosterior(MultitaskMultivariateNormal(
             mean, DiagLinearOperator(variance)))
         return posterior if posterior_transform is None else posterior_transform(posterior)
+
+
+class PooledGP(SingleTaskGP):
+    """A :class:`SingleTaskGP` whose posterior at a batch of point sets that share all but
+    their last point, (N, n + 1, d) with the same first n rows (qLogNEI's baseline followed by
+    one candidate each), is one joint posterior of the n shared points and the N last points,
+    of which each set's mean and covariance are the rows and columns it indexes.
+
+    The posterior of a set of points is the corresponding block of the posterior of any
+    superset, so every set's distribution is the one :meth:`SingleTaskGP.posterior` gives (to
+    float rounding), without recomputing the shared rows' cross-covariances with the training
+    data for every candidate: those dominated rsbo's time (82% of a 200-evaluation run, docs/
+    paper_scale.md). Any other input goes to :meth:`SingleTaskGP.posterior` unchanged."""
+
+    def posterior(  # type: ignore[override]  # SingleTaskGP's own signature
+            self, X: torch.Tensor, output_indices: list[int] | None = None,
+            observation_noise: bool | torch.Tensor = False,
+            posterior_transform: Any = None) -> Any:
+        shared = X[..., :-1, :]
+        pooled = (X.dim() == 3 and len(X) > 1 and X.shape[-2] > 1 and output_indices is None
+                  and observation_noise is False and posterior_transform is None
+                  and torch.equal(shared, shared[:1].expand_as(shared)))
+        joint = super().posterior(torch.cat([shared[0], X[:, -1]])) if pooled else None
+        if not isinstance(joint, GPyTorchPosterior):
+            return super().posterior(X, output_indices, observation_noise, posterior_transform)
+        n, sets = shared.shape[-2], len(X)
+        covariance = extract_batch_covar(joint.distribution).to_dense()  # (m, n + N, n + N)
+        index = torch.cat([torch.arange(n).expand(sets, n),
+                           (n + torch.arange(sets)).unsqueeze(-1)], dim=-1)  # (N, n + 1)
+        blocks = covariance[:, index.unsqueeze(-1), index.unsqueeze(-2)].transpose(0, 1)
+        # laid out as SingleTaskGP lays out its outputs: a block per output, not interleaved
+        return GPyTorchPosterior(MultitaskMultivariateNormal(
+            joint.mean[index], BlockDiagLinearOperator(DenseLinearOperator(blocks), block_dim=-3),
+            interleaved=False))
 
 
 def _weights(m: int, seed: int) -> torch.Tensor:
@@ -318,7 +357,7 @@ class _Loop:
 
     def fit(self, X: torch.Tensor, Y: torch.Tensor, iteration: int) -> SingleTaskGP:
         """The GP of (X, Y), its hyperparameters warm-started and (re)fitted."""
-        model = SingleTaskGP(X, Y, outcome_transform=Standardize(m=Y.shape[-1]))
+        model = PooledGP(X, Y, outcome_transform=Standardize(m=Y.shape[-1]))
         if self.hyperparameters is not None:
             model.load_state_dict(self.hyperparameters, strict=False)
         refit_every = max(1, int(self.options.get("refit_every", 1)))
