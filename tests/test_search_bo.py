@@ -189,7 +189,8 @@ def test_marginals_score_as_the_model_does() -> None:
         Marginals(model).posterior(candidates.reshape(100, 3, 6))
 
 
-def test_pooled_posterior_is_the_gps_and_scores_qlognei_alike() -> None:
+def test_pooled_posterior_is_the_gps_and_scores_qlognei_alike(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """PooledGP's posterior of sets sharing a baseline is SingleTaskGP's, set by set, and
     rsbo's qLogNEI (cached root, as the search runs it) scores a pool alike with either."""
     from botorch.acquisition.logei import qLogNoisyExpectedImprovement
@@ -211,8 +212,15 @@ def test_pooled_posterior_is_the_gps_and_scores_qlognei_alike() -> None:
     plain.eval(), pooled.eval()
     candidates = torch.rand(300, 1, 6, dtype=torch.float64, generator=generator)
     sets = torch.cat([X[:7].expand(300, 7, 6), candidates], dim=-2)
+    asked: list[tuple[int, ...]] = []  # the inputs SingleTaskGP's posterior is given
+    gp_posterior = SingleTaskGP.posterior
+    monkeypatch.setattr(SingleTaskGP, "posterior", lambda self, X, *args, **kwargs: (
+        asked.append(tuple(X.shape)), gp_posterior(self, X, *args, **kwargs))[1])
     with torch.no_grad():
-        expected, got = plain.posterior(sets), pooled.posterior(sets)
+        expected = plain.posterior(sets)
+        asked.clear()
+        got = pooled.posterior(sets)
+        assert asked == [(7 + 300, 6)]  # one joint posterior, not 300 sets of 8
         assert torch.allclose(expected.mean, got.mean, rtol=1e-9, atol=1e-12)
         blocks = [extract_batch_covar(p.distribution).to_dense() for p in (expected, got)]
         assert torch.allclose(blocks[0], blocks[1], rtol=1e-7, atol=1e-10)  # (300, 2, 8, 8)
