@@ -6,11 +6,12 @@ runs alone, so a bad value is rejected the same way everywhere, before anything 
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 import os
 from collections.abc import Sequence
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -262,11 +263,19 @@ def _cross_field_problems(doc: dict[str, Any]) -> list[str]:
         compress_problems(compress) if compress else []) + import_problems(doc)
 
 
+@lru_cache(maxsize=32)
+def _parsed(text: str) -> Any:
+    """The YAML document of a params file's text; a command loads its sections one settings
+    type at a time (options.load_settings), each from the same files, parsed once."""
+    return yaml.safe_load(text)
+
+
 def _read(path: str | os.PathLike[str]) -> Any:
-    """The document of a params file (YAML or JSON), not validated."""
+    """The document of a params file (YAML or JSON), not validated (a copy: callers may edit
+    it)."""
     path = Path(path)
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return copy.deepcopy(_parsed(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
         raise ParamsError(f"params file not found: {path}") from None
     except IsADirectoryError:

@@ -16,9 +16,7 @@ import types
 from collections.abc import Mapping
 from typing import (
     Any,
-    ClassVar,
     Literal,
-    Protocol,
     TypeVar,
     Union,
     get_args,
@@ -33,12 +31,6 @@ T = TypeVar("T")
 
 class SettingsError(UserError, ValueError):
     """A params value that its settings type cannot hold; the message names the field."""
-
-
-class Section(Protocol):
-    """A params section's settings: a frozen dataclass naming its section."""
-
-    SECTION: ClassVar[str]
 
 
 def build(cls: type[T], values: Mapping[str, Any], where: str | None = None) -> T:
