@@ -9,7 +9,7 @@ command boundary; a command's params reads are the ``SECTION`` names of the type
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Literal, TypeVar
 
 from .build import build
@@ -140,8 +140,7 @@ class RuntimeOptions:
 
     def items(self) -> list[tuple[str, tuple[Any, ...]]]:
         """(option, values) of each option, in the schema's order."""
-        return [("attention", self.attention), ("quant", self.quant),
-                ("compile", self.compile), ("recompute", self.recompute)]
+        return [(f.name, getattr(self, f.name)) for f in fields(self)]
 
 
 @dataclass(frozen=True)
