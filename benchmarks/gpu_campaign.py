@@ -50,8 +50,9 @@ except ImportError:  # a checkout without the package installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from hwgptbench.meters.condition import Condition
-from hwgptbench.meters.device import auto_label, default_device, fingerprint
+from hwgptbench.meters.device import default_device, fingerprint
 from hwgptbench.meters.energy import EnergyMeter, open_energy_meter
+from hwgptbench.meters.host import auto_label
 from hwgptbench.meters.latency import synchronize
 from hwgptbench.meters.runner import Settings, build_model, measure_arch
 from hwgptbench.space import Arch, SearchSpace

@@ -4,7 +4,9 @@ the per-arch runner. GPU tests are marked `gpu` and skip without CUDA (`pytest -
 from __future__ import annotations
 
 import math
+import os
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -17,15 +19,9 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from hwgptbench.meters import energy, latency, runner
+from hwgptbench.meters import energy, host, latency, runner
 from hwgptbench.meters.condition import CONDITION_KEYS, Condition
-from hwgptbench.meters.device import (
-    DeviceMismatchError,
-    auto_label,
-    dtype_unsupported_reason,
-    fingerprint,
-    resolve_label,
-)
+from hwgptbench.meters.device import dtype_unsupported_reason, fingerprint
 from hwgptbench.meters.energy import (
     EnergyMeter,
     PowerSamplingMeter,
@@ -34,6 +30,7 @@ from hwgptbench.meters.energy import (
     open_energy_meter,
 )
 from hwgptbench.meters.flops import forward_flops
+from hwgptbench.meters.host import DeviceMismatchError, auto_label, resolve_label
 from hwgptbench.meters.latency import (
     LATENCY_FIELDS,
     cuda_graph_callable,
@@ -378,6 +375,29 @@ def test_fingerprint_and_auto_label() -> None:
     assert auto_label(epyc) == "cpu-amd-epyc-7b13-2t"
     assert auto_label(xeon) == "cpu-intel-xeon-platinum-8480-16t"
     assert auto_label(h100) == "cuda-nvidia-h100-80gb-hbm3"
+
+
+def test_a_machine_without_gpu_is_labelled_without_torch(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The label Snakemake plans with, where no GPU can be seen, is fingerprint's, and taking
+    it imports no torch; a GPU driver's device node or a named CUDA device leaves it to torch."""
+    node = tmp_path / "nvidiactl"
+    monkeypatch.setattr(host, "GPU_DEVICE_NODES", (str(node),))
+    expected = auto_label(fingerprint(threads=3, device=CPU))
+    for named in ("cpu", "auto", ""):
+        monkeypatch.setenv(host.DEVICE_ENV, named)
+        assert host.cpu_only_label(3) == expected
+    node.touch()
+    assert host.cpu_only_label(3) is None  # auto, with a GPU driver present
+    monkeypatch.setenv(host.DEVICE_ENV, "cpu")
+    assert host.cpu_only_label(3) == expected
+    monkeypatch.setenv(host.DEVICE_ENV, "cuda:1")
+    assert host.cpu_only_label(3) is None
+    probe = ("import sys; from hwgptbench.meters.host import cpu_only_label; "
+             "print(cpu_only_label(3), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         env={**os.environ, host.DEVICE_ENV: "cpu"}).stdout.split()
+    assert out == [expected, "False"]
 
 
 def test_resolve_label() -> None:

@@ -11,7 +11,8 @@ import yaml
 from conftest import REPO_ROOT, run
 from hwgptbench.measure import stage as measurements
 from hwgptbench.meters import campaign
-from hwgptbench.meters.device import auto_label, default_device, fingerprint
+from hwgptbench.meters.device import default_device, fingerprint
+from hwgptbench.meters.host import auto_label
 from hwgptbench.settings.sections import MeasureSettings
 from hwgptbench.space import SearchSpace
 

@@ -22,7 +22,8 @@ from hwgptbench.figures.runtime import (
     serving_table,
 )
 from hwgptbench.meters.condition import Condition
-from hwgptbench.meters.device import auto_label, fingerprint
+from hwgptbench.meters.device import fingerprint
+from hwgptbench.meters.host import auto_label
 from hwgptbench.meters.latency import measure_latency
 from hwgptbench.meters.runner import Settings, build_model
 from hwgptbench.predictors import fitting as surrogates

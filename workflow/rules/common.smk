@@ -33,12 +33,19 @@ def vocab_flag(wildcards, input):
 def local_device():
     """This machine's device label; `auto` is derived from the hardware here (a given label is
     checked against the hardware by the measure job itself, which may run on another node).
-    Only asked for when params say `auto`: a cluster plan needs no torch on the login node."""
+    Only asked for when params say `auto`: a cluster plan needs no torch on the login node, nor
+    a machine where no GPU can be seen (torch is imported only to name a GPU)."""
     if config["measure"]["device"] != "auto":
         return config["measure"]["device"]
-    from hwgptbench.meters.device import auto_label, default_device, fingerprint
+    from hwgptbench.meters.host import auto_label, cpu_only_label
 
-    return auto_label(fingerprint(config["measure"]["threads"], default_device()))
+    threads = config["measure"]["threads"]
+    label = cpu_only_label(threads)
+    if label is None:
+        from hwgptbench.meters.device import default_device, fingerprint
+
+        label = auto_label(fingerprint(threads, default_device()))
+    return label
 
 
 def resolve_devices(labels):

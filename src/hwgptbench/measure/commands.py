@@ -80,14 +80,9 @@ def cmd_merge(args: argparse.Namespace) -> None:
 def cmd_devices(args: argparse.Namespace) -> None:
     """Print this machine's fingerprint, label and which metrics it can measure."""
     from ..meters.campaign import device_label
-    from ..meters.device import (
-        DTYPES,
-        auto_label,
-        default_device,
-        dtype_unsupported_reason,
-        fingerprint,
-    )
+    from ..meters.device import DTYPES, default_device, dtype_unsupported_reason, fingerprint
     from ..meters.energy import open_energy_meter
+    from ..meters.host import auto_label
 
     section = load_settings(args, MeasureSettings)
     if args.label:  # for scripts: the label this machine's tables are filed under

@@ -224,7 +224,8 @@ def this_machine(config: Mapping[str, Any]) -> dict[str, DeviceMemory]:
     """This machine under its label (``measure.device``, or derived when auto), with the
     memory free on its default device."""
     from ..meters.budget import free_memory_bytes
-    from ..meters.device import auto_label, default_device, fingerprint
+    from ..meters.device import default_device, fingerprint
+    from ..meters.host import auto_label
 
     device = default_device()
     label = config["measure"]["device"]

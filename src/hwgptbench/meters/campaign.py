@@ -40,9 +40,10 @@ from .budget import (
     weight_bytes,
 )
 from .condition import Condition
-from .device import default_device, fingerprint, resolve_label
+from .device import default_device, fingerprint
 from .energy import EnergyMeter, open_energy_meter
 from .groups import group_factors, rescale
+from .host import resolve_label
 from .latency import LATENCY_FIELDS
 from .runner import (
     Settings,

@@ -1,10 +1,5 @@
-"""The measured device: a hardware fingerprint, its label, and the dtypes it can run.
-
-Every measurement row belongs to a device label. ``auto_label`` derives a stable slug from the
-hardware alone (``cpu-amd-epyc-7b13-2t``, ``cuda-nvidia-h100-80gb-hbm3``); a label given in the
-configuration must name the hardware it runs on, directly or through an alias, so results of
-one machine are never filed under another. Sizes are binary: GB = 2**30 bytes.
-"""
+"""The measured device: which one work runs on, its hardware fingerprint (labelled by
+``meters.host``), and the dtypes it can run. Sizes are binary: GB = 2**30 bytes."""
 
 from __future__ import annotations
 
@@ -12,11 +7,7 @@ import gc
 import hashlib
 import logging
 import os
-import platform
-import re
 import socket
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,20 +15,11 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from .condition import DTYPE_NAMES
+from .host import DEVICE_ENV, GB, cpu_model, cpuinfo, physical_cores, total_memory_gb
 
 log = logging.getLogger(__name__)
 
-GB = 2**30
-DEVICE_ENV = "HWGPTBENCH_DEVICE"  # names the device that default_device() returns
 DTYPES = dict(zip(DTYPE_NAMES, (torch.float32, torch.bfloat16, torch.float16), strict=True))
-
-_SLUG = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
-_NAME_NOISE = re.compile(r"\((?:r|tm|c)\)|@.*$|\b\d+-core\b|\bprocessor\b|\bcpu\b")
-
-
-class DeviceMismatchError(UserError, ValueError):
-    """A configured device label does not name the hardware the measurement runs on."""
-
 
 def default_device(index: int = 0) -> torch.device:
     """The device that work runs on when none is named: the one ``$HWGPTBENCH_DEVICE`` names
@@ -74,42 +56,6 @@ def release(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def _cpuinfo() -> list[dict[str, str]]:
-    """The processor entries of /proc/cpuinfo (empty where there is none)."""
-    path = Path("/proc/cpuinfo")
-    if not path.is_file():
-        return []
-    entries = []
-    for block in path.read_text().split("\n\n"):
-        pairs = (line.split(":", 1) for line in block.splitlines() if ":" in line)
-        entry = {key.strip(): value.strip() for key, value in pairs}
-        if entry:
-            entries.append(entry)
-    return entries
-
-
-def _cpu_model(cpuinfo: list[dict[str, str]]) -> str:
-    """The CPU model name from /proc/cpuinfo, else from the platform module."""
-    for entry in cpuinfo:
-        if entry.get("model name"):
-            return entry["model name"]
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def _physical_cores(cpuinfo: list[dict[str, str]]) -> int | None:
-    """Distinct (physical id, core id) pairs of /proc/cpuinfo; None where they are not listed."""
-    cores = {(e.get("physical id"), e["core id"]) for e in cpuinfo if "core id" in e}
-    return len(cores) or None
-
-
-def _total_memory_gb() -> float | None:
-    """Physical memory of the machine in GB."""
-    try:
-        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GB, 2)
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 def _nvidia_driver() -> str | None:
     """The NVIDIA driver version from NVML; None where NVML cannot be read."""
     try:
@@ -132,15 +78,15 @@ def _nvidia_driver() -> str | None:
 def fingerprint(threads: int, device: torch.device | None = None) -> dict[str, Any]:
     """Hardware and software facts of the device that runs measurements (default: auto)."""
     device = default_device() if device is None else torch.device(device)
-    cpuinfo = _cpuinfo()
-    cpu_model = _cpu_model(cpuinfo)
+    entries = cpuinfo()
+    model = cpu_model(entries)
     fp: dict[str, Any] = {
         "device_kind": device.type,
-        "device_name": cpu_model,
-        "cpu_model": cpu_model,
-        "cpu_cores_physical": _physical_cores(cpuinfo) or os.cpu_count(),
+        "device_name": model,
+        "cpu_model": model,
+        "cpu_cores_physical": physical_cores(entries) or os.cpu_count(),
         "cpu_cores_logical": os.cpu_count(),
-        "memory_gb": _total_memory_gb(),
+        "memory_gb": total_memory_gb(),
         "gpu_memory_gb": None,
         "gpu_driver": None,
         "cuda_version": None,
@@ -155,38 +101,6 @@ def fingerprint(threads: int, device: torch.device | None = None) -> dict[str, A
     elif device.type != "cpu":
         raise ValueError(f"unsupported device {device}: expected cpu or cuda")
     return fp
-
-
-def slug(text: str) -> str:
-    """Lower-case [a-z0-9-] form of a hardware name, without vendor marks and clock speeds."""
-    cleaned = _NAME_NOISE.sub(" ", text.lower())
-    return re.sub(r"[^a-z0-9]+", "-", cleaned).strip("-") or "unknown"
-
-
-def auto_label(fp: Mapping[str, Any]) -> str:
-    """Stable label of the hardware of a fingerprint; CPU labels include the thread count."""
-    if fp["device_kind"] == "cuda":
-        return f"cuda-{slug(fp['device_name'])}"
-    return f"cpu-{slug(fp['cpu_model'])}-{fp['threads']}t"
-
-
-def resolve_label(label: str, fp: Mapping[str, Any],
-                  aliases: Mapping[str, str] | None = None) -> str:
-    """The label to file results under: 'auto' gives auto_label(fp); any other label must equal
-    it or be mapped to it by aliases (label -> auto label), else DeviceMismatchError."""
-    detected = auto_label(fp)
-    if label == "auto":
-        return detected
-    if not _SLUG.fullmatch(label):
-        raise ValueError(f"device label {label!r} is not a slug of [a-z0-9] words joined by '-'")
-    aliases = aliases or {}
-    if label == detected or aliases.get(label) == detected:
-        return label
-    target = f" (an alias of {aliases[label]!r})" if label in aliases else ""
-    raise DeviceMismatchError(
-        f"device label {label!r}{target} does not match the detected hardware {detected!r} "
-        f"({fp['device_name']}); use 'auto', {detected!r}, or add {label!r}: {detected!r} "
-        "to the device aliases")
 
 
 def dtype_unsupported_reason(dtype: torch.dtype, device: torch.device) -> str | None:

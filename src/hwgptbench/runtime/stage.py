@@ -37,7 +37,8 @@ from tqdm import tqdm
 
 from ..io import write_parquet
 from ..meters.condition import Condition
-from ..meters.device import default_device, fingerprint, resolve_label
+from ..meters.device import default_device, fingerprint
+from ..meters.host import resolve_label
 from ..meters.latency import measure_latency
 from ..meters.runner import Settings, cpu_estimator
 from ..metrics import nullable_columns
