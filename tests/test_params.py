@@ -168,3 +168,14 @@ def test_snakemake_rejects_invalid_params_before_any_job(project: Path, path: li
     output = result.stdout + result.stderr
     assert all(text in output for text in expected)
     assert not (project / "results").exists()
+
+
+def test_yaml_is_read_as_data_and_as_safe_load_reads_it() -> None:
+    from hwgptbench.io import parse_yaml
+
+    schema = (REPO_ROOT / "src" / "hwgptbench" / "schemas" / "params.schema.yaml").read_text()
+    for text in (schema, (REPO_ROOT / "params.yaml").read_text(),
+                 "a: [1, 2.5e-3, .inf, null, 'x']\nb: {c: 2026-11-26, d: yes}\n"):
+        assert parse_yaml(text) == yaml.safe_load(text)
+    with pytest.raises(yaml.YAMLError, match="python/object"):
+        parse_yaml("!!python/object/apply:os.system ['true']")

@@ -20,7 +20,7 @@ import jsonschema
 import yaml
 
 from .errors import UserError
-from .io import atomic_write_json, canonical_json
+from .io import atomic_write_json, canonical_json, parse_yaml
 from .metrics import PERPLEXITY, hardware_metrics
 
 SCHEMA_RESOURCE = "schemas/params.schema.yaml"
@@ -34,7 +34,7 @@ class ParamsError(UserError, ValueError):
 def schema_file() -> dict[str, Any]:
     """The params schema file as shipped (its metric enums empty: :func:`schema` fills them)."""
     text = resources.files("hwgptbench").joinpath(SCHEMA_RESOURCE).read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    return parse_yaml(text)
 
 
 def schema() -> dict[str, Any]:
@@ -267,7 +267,7 @@ def _cross_field_problems(doc: dict[str, Any]) -> list[str]:
 def _parsed(text: str) -> Any:
     """The YAML document of a params file's text; a command loads its sections one settings
     type at a time (options.load_settings), each from the same files, parsed once."""
-    return yaml.safe_load(text)
+    return parse_yaml(text)
 
 
 def _read(path: str | os.PathLike[str]) -> Any:

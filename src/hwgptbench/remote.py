@@ -33,11 +33,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import polars as pl
-import yaml
 
 from . import layout
 from .errors import UserError
-from .io import atomic_path
+from .io import atomic_path, parse_yaml
 
 log = logging.getLogger(__name__)
 
@@ -377,7 +376,7 @@ def pull(targets: list[str] | None = None, remote: str | None = None,
             "a corrupted object: docs/remotes.md, 'Repairing the remote')") from None
     stale = stale_stages()
     lock_path = Path("dvc.lock")
-    lock = yaml.safe_load(lock_path.read_text()) if lock_path.exists() else {}
+    lock = parse_yaml(lock_path.read_text()) if lock_path.exists() else {}
     current = current_targets(lock, set(stale))
     for name in stale:  # outputs of stale stages: older than any input, so Snakemake reruns them
         for out in lock.get("stages", {}).get(name, {}).get("outs", []):
