@@ -140,6 +140,7 @@ def test_sample_whole_space_is_a_permutation() -> None:
     with pytest.raises(ValueError, match="cannot sample 337 distinct archs"):
         toy.sample(toy.size() + 1, seed=0)
     assert toy.sample(0, seed=0) == []
+    assert list(toy.draw(seed=0)) == archs  # a draw ends with the space
 
 
 @pytest.mark.parametrize("name", SPACES)
@@ -150,8 +151,15 @@ def test_sample_is_deterministic_and_distinct(name: str) -> None:
     assert archs == sp.sample(300, seed=3)
     assert archs[:50] == sp.sample(50, seed=3)
     assert archs != sp.sample(300, seed=4)
+    assert list(itertools.islice(sp.draw(3), 300)) == archs  # sample takes the draw's first n
     for arch in archs:
         sp.validate(arch)
+        # built from the space's choices unchecked: the same fields, types and id as checked
+        checked = Arch(arch.embed_dim, arch.n_layer, arch.n_head, arch.mlp_ratio, arch.bias)
+        assert vars(checked) | {"id": checked.id} == vars(arch) | {"id": arch.id}
+        assert [type(v) for v in vars(checked).values()] == [type(v) for v in vars(arch).values()]
+        assert [type(r) for r in checked.mlp_ratio] == [type(r) for r in arch.mlp_ratio]
+        assert Arch.from_id(arch.id) == arch and hash(Arch.from_id(arch.id)) == hash(arch)
 
 
 def test_sample_is_uniform() -> None:

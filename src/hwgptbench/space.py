@@ -10,6 +10,7 @@ bias flag. Archs have a canonical string id (``e128-l3-h4_2_4-r4_3_2-b1``) that 
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import re
@@ -103,6 +104,18 @@ class Arch:
         for i, hidden in enumerate(self.mlp_hidden):
             if hidden < 1:
                 raise InvalidArchError(f"mlp_ratio[{i}]: {self.mlp_ratio[i]} * embed_dim < 1")
+
+    @classmethod
+    def _of_choices(cls, embed_dim: int, n_layer: int, n_head: tuple[int, ...],
+                    mlp_ratio: tuple[Ratio, ...], bias: bool) -> Arch:
+        """An arch of a search space's choices, which its ``__post_init__`` validated and
+        normalised as this class's does (and checked the smallest MLP width): built without
+        checking them again, which was most of the time of drawing archs."""
+        arch = object.__new__(cls)
+        for name, value in (("embed_dim", embed_dim), ("n_layer", n_layer), ("n_head", n_head),
+                            ("mlp_ratio", mlp_ratio), ("bias", bias)):
+            object.__setattr__(arch, name, value)
+        return arch
 
     @property
     def mlp_hidden(self) -> tuple[int, ...]:
@@ -305,7 +318,8 @@ class SearchSpace:
             index, r = divmod(index, len(self.mlp_ratio))
             heads.append(self.n_head[h])
             ratios.append(self.mlp_ratio[r])
-        return Arch(self.embed_dim[e], n_layer, tuple(heads), tuple(ratios), self.bias[b])
+        return Arch._of_choices(self.embed_dim[e], n_layer, tuple(heads), tuple(ratios),
+                                self.bias[b])
 
     def all_archs(self) -> Iterator[Arch]:
         """Every arch of the space, in a fixed order (check :meth:`size` first)."""
@@ -317,14 +331,18 @@ class SearchSpace:
         if not 0 <= n <= size:
             raise ValueError(f"cannot sample {n} distinct archs from search space {self.name!r} "
                              f"of size {size}")
+        return list(itertools.islice(self.draw(seed), n))
+
+    def draw(self, seed: int) -> Iterator[Arch]:
+        """Distinct archs, uniform without replacement, until the space is exhausted: the
+        archs of ``sample(n, seed)`` are its first n (take as many as a use needs)."""
+        size = self.size()
         rng = np.random.default_rng(seed)
         moved: dict[int, int] = {}  # sparse Fisher-Yates shuffle of range(size)
-        archs = []
-        for i in range(n):
+        for i in range(size):
             j = i + _randbelow(rng, size - i)
-            archs.append(self._decode(moved.get(j, j)))
+            yield self._decode(moved.get(j, j))
             moved[j] = moved.pop(i, i)
-        return archs
 
     def largest(self) -> Arch:
         """The arch with every field at its largest choice (bias on if allowed)."""

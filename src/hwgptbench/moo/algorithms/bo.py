@@ -335,17 +335,14 @@ class _Loop:
 
     def pool(self, iteration: int) -> list[Arch]:
         """Unevaluated candidates: uniform samples, then neighbours of the non-dominated."""
-        space = self.genome.space
-        size = space.size()
         n_random = int(self.options.get("candidates", 1000))
-        draw = space.sample(min(size, n_random + len(self.seen)),
-                            _seed(self.seed, iteration, 1))
         found: dict[str, Arch] = {}
-        for arch in draw:
-            if len(found) >= n_random:
-                break
-            if arch.id not in self.seen:
-                found.setdefault(arch.id, arch)
+        if n_random > 0:
+            for arch in self.genome.space.draw(_seed(self.seed, iteration, 1)):
+                if arch.id not in self.seen:
+                    found[arch.id] = arch
+                    if len(found) == n_random:
+                        break
         if self.options.get("neighbours", True):
             values = self.observed()
             finite = np.flatnonzero(np.isfinite(values).all(axis=1))
