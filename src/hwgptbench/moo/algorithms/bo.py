@@ -68,6 +68,7 @@ from collections.abc import Callable
 from typing import Any
 
 import botorch
+import gpytorch
 import numpy as np
 import torch
 from botorch.acquisition import AcquisitionFunction
@@ -169,10 +170,13 @@ class Marginals(Model):
             raise ValueError("Marginals serves posteriors of single points (q = 1) only")
         flat = X.reshape(-1, X.shape[-1])
         means, variances = [], []
-        for i in range(0, len(flat), self.chunk):
-            joint = self.model.posterior(flat[i:i + self.chunk])
-            means.append(joint.mean)
-            variances.append(joint.variance)
+        # GPyTorch evaluates the test points' whole kernel matrix eagerly below 2048 points,
+        # though the variances need its diagonal alone: kept lazy, a chunk costs linear time
+        with gpytorch.settings.max_eager_kernel_size(0):
+            for i in range(0, len(flat), self.chunk):
+                joint = self.model.posterior(flat[i:i + self.chunk])
+                means.append(joint.mean)
+                variances.append(joint.variance)
         m = self.num_outputs
         mean = torch.cat(means).reshape(*X.shape[:-2], 1, m)
         variance = torch.cat(variances).reshape(*X.shape[:-2], m)
