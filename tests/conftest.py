@@ -157,13 +157,25 @@ def shakespeare(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def published_s(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A results folder holding the surrogates of the shipped s tables (fitted once per
-    session, as a fresh clone's first query fits them)."""
+def published_s(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """A results folder holding the surrogates of the shipped s tables, fitted as a fresh
+    clone's first query fits them, once per test run: under pytest-xdist the first worker
+    that needs them fits them in the run's shared folder and the others wait and read them
+    (the tests only read them)."""
+    from filelock import FileLock
+
     from hwgptbench.api import Benchmark
 
-    results = tmp_path_factory.mktemp("base") / "results"
-    Benchmark.from_published("s", results)
+    if worker_id == "master":  # not under xdist
+        results = tmp_path_factory.mktemp("base") / "results"
+        Benchmark.from_published("s", results)
+        return results
+    shared = tmp_path_factory.getbasetemp().parent  # this run's, above each worker's own
+    results, fitted = shared / "published-s" / "results", shared / "published-s" / "fitted"
+    with FileLock(str(shared / "published-s.lock")):
+        if not fitted.exists():
+            Benchmark.from_published("s", results)
+            fitted.touch()
     return results
 
 
