@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 import re
 import sys
+from collections.abc import Mapping
+from functools import cache
 from importlib.metadata import packages_distributions, requires
 from pathlib import Path
 
@@ -68,10 +70,17 @@ def imported_modules(*folders: Path) -> dict[str, set[str]]:
     return found
 
 
+@cache
+def installed_modules() -> Mapping[str, list[str]]:
+    """Top-level module -> the installed distributions providing it (a scan of every
+    distribution's files: read once)."""
+    return packages_distributions()
+
+
 def distribution_of(module: str) -> str:
     """The installed distribution that provides a top-level module (its own name when none
     installed does, as for the optional extras that make test does not install)."""
-    names = packages_distributions().get(module)
+    names = installed_modules().get(module)
     return normalized(names[0] if names else module)
 
 
