@@ -15,7 +15,15 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from .condition import DTYPE_NAMES
-from .host import DEVICE_ENV, GB, cpu_model, cpuinfo, physical_cores, total_memory_gb
+from .host import (
+    DEVICE_ENV,
+    GB,
+    cpu_model,
+    cpuinfo,
+    named_device,
+    physical_cores,
+    total_memory_gb,
+)
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +34,7 @@ def default_device(index: int = 0) -> torch.device:
     (``cpu``, ``cuda`` or ``cuda:N``; ``auto`` or unset: choose), else CUDA device ``index``
     (a rank's local index) when CUDA is available, else the CPU. The test suite sets ``cpu``,
     so a GPU machine runs it on the CPU like any other machine."""
-    named = os.environ.get(DEVICE_ENV, "").strip().lower()
+    named = named_device()
     if named in ("", "auto"):
         return torch.device("cuda", index) if torch.cuda.is_available() else torch.device("cpu")
     try:

@@ -101,11 +101,16 @@ def resolve_label(label: str, fp: Mapping[str, Any],
         "to the device aliases")
 
 
+def named_device() -> str:
+    """``$HWGPTBENCH_DEVICE`` as given, lower-case (``""`` or ``auto``: the machine chooses)."""
+    return os.environ.get(DEVICE_ENV, "").strip().lower()
+
+
 def cpu_only_label(threads: int) -> str | None:
     """This machine's auto label when its work can only run on the CPU (``$HWGPTBENCH_DEVICE``
     names the CPU, or it is unset or ``auto`` and no GPU driver's device node exists, so torch
     could see no GPU), else None: then only torch can tell (``meters.device``)."""
-    named = os.environ.get(DEVICE_ENV, "").strip().lower()
+    named = named_device()
     if named in ("", "auto"):
         if sys.platform == "win32" or any(Path(node).exists() for node in GPU_DEVICE_NODES):
             return None
