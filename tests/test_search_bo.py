@@ -133,25 +133,6 @@ def test_nan_objectives_are_not_modelled() -> None:
     assert table.height == 12 and table["arch_id"].n_unique() == 12
 
 
-def test_ehvi_keeps_botorch_pure_pytorch_path() -> None:
-    """No JIT-compiled, CPU-specific kernel: the same search on every machine (bo.py)."""
-    from botorch.acquisition.multi_objective import logei
-
-    search(AnalyticProblem(SPACE, ["error", "latency"]), "ehvi", 7)
-    assert logei._C is None
-
-
-def test_a_botorch_without_the_private_sentinel_is_named(monkeypatch: pytest.MonkeyPatch
-                                                         ) -> None:
-    from botorch.acquisition.multi_objective import logei
-
-    from hwgptbench.moo.algorithms.bo import keep_pure_pytorch_logei
-
-    monkeypatch.delattr(logei, "_load_attempted")
-    with pytest.raises(ImportError, match=r"has no .*_load_attempted.*botorch==0\.18\.\*"):
-        keep_pure_pytorch_logei()
-
-
 def test_marginals_score_as_the_model_does() -> None:
     """Analytic acquisitions over Marginals (one joint posterior of the pool) give the values
     of the same acquisitions over the model (a posterior per candidate), to rounding."""
@@ -164,7 +145,7 @@ def test_marginals_score_as_the_model_does() -> None:
         FastNondominatedPartitioning,
     )
 
-    from hwgptbench.moo.algorithms.bo import Marginals
+    from hwgptbench.moo.algorithms.pooled import Marginals
 
     generator = torch.Generator().manual_seed(0)
     X = torch.rand(40, 6, dtype=torch.float64, generator=generator)
@@ -201,7 +182,7 @@ def test_pooled_posterior_is_the_gps_and_scores_qlognei_alike(
     from botorch.utils.low_rank import extract_batch_covar
     from botorch.utils.multi_objective.scalarization import get_chebyshev_scalarization
 
-    from hwgptbench.moo.algorithms.bo import PooledGP
+    from hwgptbench.moo.algorithms.pooled import PooledGP
 
     generator = torch.Generator().manual_seed(0)
     X = torch.rand(40, 6, dtype=torch.float64, generator=generator)
@@ -220,7 +201,7 @@ def test_pooled_posterior_is_the_gps_and_scores_qlognei_alike(
         expected = plain.posterior(sets)
         asked.clear()
         got = pooled.posterior(sets)
-        assert asked == [(7 + 300, 6)]  # one joint posterior, not 300 sets of 8
+        assert asked == []  # no GPyTorch posterior: not one per set of 8, nor a joint one
         assert torch.allclose(expected.mean, got.mean, rtol=1e-9, atol=1e-12)
         blocks = [extract_batch_covar(p.distribution).to_dense() for p in (expected, got)]
         assert torch.allclose(blocks[0], blocks[1], rtol=1e-7, atol=1e-10)  # (300, 2, 8, 8)

@@ -79,12 +79,10 @@ OPTIONS: dict[str, dict[str, Any]] = {
                                            "suggestion"),
         neighbours={"type": "boolean", "description": "also score the one-gene neighbours of "
                                                       "the non-dominated archs"},
-        mc_samples=_integer(1, description="quasi-MC samples of rsbo and ehvi"),
+        mc_samples=_integer(1, description="quasi-MC samples of rsbo"),
         alpha=_number("augmentation of the Chebyshev scalarization (rsbo)", minimum=0),
         ref_point=_number("EHVI reference point in scaled objectives (nadir is 1)",
                           exclusiveMinimum=1),
-        screen=_integer(0, description="candidates of highest analytic EHVI that qLogEHVI "
-                                       "scores (0 - all)"),
         fit_maxiter=_integer(1, 100_000_000, "L-BFGS iterations per warm-started GP fit"),
         refit_every=_integer(1, description="refit GP hyperparameters every k-th suggestion"),
         threads=_integer(1, 1024, "torch threads of fitting and scoring")),

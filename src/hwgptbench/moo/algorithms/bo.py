@@ -17,17 +17,16 @@ Three algorithms share one loop and differ only in the acquisition function:
   is scalarized exactly by a :class:`~botorch.acquisition.objective.ScalarizedPosteriorTransform`
   (mean ``w . mu``, variance ``w' Sigma w``, Gaussian since a linear map of a Gaussian);
   ``best_f`` is the best observed weighted sum (the objectives are deterministic).
-* ``ehvi`` -- expected hypervolume improvement: ``qLogExpectedHypervolumeImprovement``
-  (``botorch.acquisition.multi_objective.logei``) over a ``FastNondominatedPartitioning``
-  (``botorch.utils.multi_objective.box_decompositions``) of the observed (negated)
-  objectives; the objectives being deterministic, the noisy variant is not needed. Reference
-  point ``-ref_point`` (default ``ref_point`` 1.1: slightly worse than the nadir 1 of the
-  scaled objectives, so front extremes still count). The MC estimate costs samples x boxes per
-  candidate (seconds for a pool of 1000 in three objectives), so the pool is first screened
-  with BoTorch's analytic ``ExpectedHypervolumeImprovement``
-  (``botorch.acquisition.multi_objective.analytic``; exact for q = 1 and independent outputs,
-  as here, but not log-scaled): qLogEHVI ranks the ``screen`` (default 50) candidates of
-  highest EHVI.
+* ``ehvi`` -- expected hypervolume improvement (Emmerich et al. 2006): BoTorch's analytic
+  :class:`~botorch.acquisition.multi_objective.analytic.ExpectedHypervolumeImprovement`
+  (the exact EHVI of one point with independent Gaussian outputs, Yang et al. 2019) over a
+  ``FastNondominatedPartitioning`` (``botorch.utils.multi_objective.box_decompositions``) of
+  the observed (negated) objectives; the objectives being deterministic, the noisy variant is
+  not needed. Reference point ``-ref_point`` (default ``ref_point`` 1.1: slightly worse than
+  the nadir 1 of the scaled objectives, so front extremes still count). The pool's argmax of
+  the exact EHVI is what the quasi-MC estimate ``qLogExpectedHypervolumeImprovement`` would
+  approximate (log-scaling is monotone and matters to gradient-based optimizers, which a
+  discrete pool does not use) at ~30x its cost.
 
 The shared loop: features are the arch's genes (:meth:`Genome.encode` of the arch, so inactive
 layers have their canonical genes), each choice index scaled to [0, 1] (ordinal; the choices of
@@ -56,9 +55,8 @@ samples, the fitting's restarts) is seeded from ``seed`` and the iteration numbe
 global generator is forked and seeded around each iteration, so a run depends on its seed only.
 
 Options (``search.options.bo``): ``initial`` (10), ``candidates`` (1000), ``neighbours``
-(true), ``mc_samples`` (128, quasi-MC samples of rsbo and ehvi), ``alpha`` (0.05, Chebyshev
-augmentation), ``ref_point`` (1.1), ``screen`` (50; 0: score the whole pool with qLogEHVI),
-``fit_maxiter`` (50), ``refit_every`` (1), ``threads`` (1).
+(true), ``mc_samples`` (128, quasi-MC samples of rsbo), ``alpha`` (0.05, Chebyshev
+augmentation), ``ref_point`` (1.1), ``fit_maxiter`` (50), ``refit_every`` (1), ``threads`` (1).
 """
 
 from __future__ import annotations
@@ -67,65 +65,32 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-import botorch
-import gpytorch
 import numpy as np
 import torch
 from botorch.acquisition import AcquisitionFunction
 from botorch.acquisition.analytic import LogExpectedImprovement
 from botorch.acquisition.logei import qLogNoisyExpectedImprovement
-from botorch.acquisition.multi_objective import logei as botorch_logei
 from botorch.acquisition.multi_objective.analytic import ExpectedHypervolumeImprovement
-from botorch.acquisition.multi_objective.logei import qLogExpectedHypervolumeImprovement
 from botorch.acquisition.objective import GenericMCObjective, ScalarizedPosteriorTransform
 from botorch.exceptions.errors import ModelFittingError
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
-from botorch.models.model import Model
 from botorch.models.transforms.outcome import Standardize
-from botorch.posteriors.gpytorch import GPyTorchPosterior
 from botorch.sampling.normal import SobolQMCNormalSampler
-from botorch.utils.low_rank import extract_batch_covar
 from botorch.utils.multi_objective.box_decompositions.non_dominated import (
     FastNondominatedPartitioning,
 )
 from botorch.utils.multi_objective.scalarization import get_chebyshev_scalarization
 from botorch.utils.sampling import sample_simplex
-from gpytorch.distributions import MultitaskMultivariateNormal
 from gpytorch.mlls import ExactMarginalLogLikelihood
-from linear_operator.operators import (
-    BlockDiagLinearOperator,
-    DenseLinearOperator,
-    DiagLinearOperator,
-)
 
 from ...space import Arch
 from ..evaluator import Evaluator
 from ..genome import Genome
 from ..hypervolume import pareto_mask
+from .pooled import Marginals, PooledGP
 
 DTYPE = torch.float64
-
-
-def keep_pure_pytorch_logei() -> None:
-    """Keep qLogEHVI on BoTorch's pure-PyTorch path.
-
-    BoTorch 0.18 JIT-compiles a fused C++ kernel for qLogEHVI (-march=native) in the first
-    process of a machine that builds one: ~45 s on 2 cores, and numbers that may depend on the
-    CPU's instruction set. BoTorch has no public switch for it; marking its private load
-    sentinel as attempted keeps the pure-PyTorch path: one search on every machine, 2.6 s
-    instead of 1.9 s for 12 evaluations once the kernel is cached. pyproject.toml pins the
-    BoTorch minor release that has the sentinel; a release without it raises here instead of
-    silently switching paths."""
-    if not hasattr(botorch_logei, "_load_attempted"):
-        raise ImportError(
-            f"botorch {botorch.__version__} has no botorch.acquisition.multi_objective.logei."
-            "_load_attempted, which hwgptbench sets to keep qLogEHVI's pure-PyTorch path "
-            "(moo/algorithms/bo.py); install the pinned release: pip install 'botorch==0.18.*'")
-    botorch_logei._load_attempted = True
-
-
-keep_pure_pytorch_logei()
 CHUNK = 256  # candidates scored per acquisition call (bounds the MC tensors' memory)
 
 # (model, observed features, observed objectives to maximize (n, m), seed, options) ->
@@ -140,83 +105,6 @@ def _scores(acquisition: AcquisitionFunction, candidates: torch.Tensor) -> np.nd
         parts = [acquisition(candidates[i:i + CHUNK]) for i in range(0, len(candidates), CHUNK)]
     scores = torch.cat(parts).numpy() if parts else np.empty(0)
     return np.where(np.isnan(scores), -np.inf, scores)
-
-
-class Marginals(Model):
-    """A GP's posterior at a batch of single points (..., 1, d), computed as one joint
-    posterior of all the points of which only the marginals (means and variances) are kept.
-
-    An analytic acquisition of q = 1 reads nothing else of the posterior, so it scores the
-    same; but GPyTorch computes a batch of N single-point posteriors as N small products,
-    ~20x slower than the N-point posterior (0.21 s against 0.01 s for 400 candidates at 190
-    observations, 27 genes, one thread)."""
-
-    def __init__(self, model: SingleTaskGP, chunk: int = 1024):
-        super().__init__()
-        self.model, self.chunk = model, chunk
-
-    @property
-    def num_outputs(self) -> int:
-        return self.model.num_outputs
-
-    @property
-    def batch_shape(self) -> torch.Size:
-        return self.model.batch_shape
-
-    def posterior(self, X: torch.Tensor, output_indices: list[int] | None = None,
-                  observation_noise: bool | torch.Tensor = False,
-                  posterior_transform: Any = None, **kwargs: Any) -> Any:
-        if X.shape[-2] != 1 or output_indices is not None or observation_noise is not False:
-            raise ValueError("Marginals serves posteriors of single points (q = 1) only")
-        flat = X.reshape(-1, X.shape[-1])
-        means, variances = [], []
-        # GPyTorch evaluates the test points' whole kernel matrix eagerly below 2048 points,
-        # though the variances need its diagonal alone: kept lazy, a chunk costs linear time
-        with gpytorch.settings.max_eager_kernel_size(0):
-            for i in range(0, len(flat), self.chunk):
-                joint = self.model.posterior(flat[i:i + self.chunk])
-                means.append(joint.mean)
-                variances.append(joint.variance)
-        m = self.num_outputs
-        mean = torch.cat(means).reshape(*X.shape[:-2], 1, m)
-        variance = torch.cat(variances).reshape(*X.shape[:-2], m)
-        posterior = GPyTorchPosterior(MultitaskMultivariateNormal(
-            mean, DiagLinearOperator(variance)))
-        return posterior if posterior_transform is None else posterior_transform(posterior)
-
-
-class PooledGP(SingleTaskGP):
-    """A :class:`SingleTaskGP` whose posterior at a batch of point sets that share all but
-    their last point, (N, n + 1, d) with the same first n rows (qLogNEI's baseline followed by
-    one candidate each), is one joint posterior of the n shared points and the N last points,
-    of which each set's mean and covariance are the rows and columns it indexes.
-
-    The posterior of a set of points is the corresponding block of the posterior of any
-    superset, so every set's distribution is the one :meth:`SingleTaskGP.posterior` gives (to
-    float rounding), without recomputing the shared rows' cross-covariances with the training
-    data for every candidate: those dominated rsbo's time (82% of a 200-evaluation run, docs/
-    paper_scale.md). Any other input goes to :meth:`SingleTaskGP.posterior` unchanged."""
-
-    def posterior(  # type: ignore[override]  # SingleTaskGP's own signature
-            self, X: torch.Tensor, output_indices: list[int] | None = None,
-            observation_noise: bool | torch.Tensor = False,
-            posterior_transform: Any = None) -> Any:
-        shared = X[..., :-1, :]
-        pooled = (X.dim() == 3 and len(X) > 1 and X.shape[-2] > 1 and output_indices is None
-                  and observation_noise is False and posterior_transform is None
-                  and torch.equal(shared, shared[:1].expand_as(shared)))
-        joint = super().posterior(torch.cat([shared[0], X[:, -1]])) if pooled else None
-        if not isinstance(joint, GPyTorchPosterior):
-            return super().posterior(X, output_indices, observation_noise, posterior_transform)
-        n, sets = shared.shape[-2], len(X)
-        covariance = extract_batch_covar(joint.distribution).to_dense()  # (m, n + N, n + N)
-        index = torch.cat([torch.arange(n).expand(sets, n),
-                           (n + torch.arange(sets)).unsqueeze(-1)], dim=-1)  # (N, n + 1)
-        blocks = covariance[:, index.unsqueeze(-1), index.unsqueeze(-2)].transpose(0, 1)
-        # laid out as SingleTaskGP lays out its outputs: a block per output, not interleaved
-        return GPyTorchPosterior(MultitaskMultivariateNormal(
-            joint.mean[index], BlockDiagLinearOperator(DenseLinearOperator(blocks), block_dim=-3),
-            interleaved=False))
 
 
 def _weights(m: int, seed: int) -> torch.Tensor:
@@ -253,34 +141,18 @@ def _linear(model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor, seed: int,
 
 def _hypervolume(model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor, seed: int,
                  options: dict[str, Any]) -> Scorer:
-    """qLogEHVI over the box decomposition of the observed front, on the candidates of
-    highest analytic EHVI."""
+    """Exact (analytic) EHVI over the box decomposition of the observed front."""
     ref_point = torch.full((Y.shape[-1],), -float(options.get("ref_point", 1.1)), dtype=DTYPE)
-    partitioning = FastNondominatedPartitioning(ref_point=ref_point, Y=Y)
+    # the observed points that add hypervolume over the reference point (none: every
+    # candidate's improvement is its expected volume beyond the reference point)
+    partitioning = FastNondominatedPartitioning(ref_point=ref_point,
+                                                Y=Y[(Y > ref_point).all(dim=-1)])
     # BoTorch annotates partitioning as a NondominatedPartitioning, but any box decomposition
     # of the front serves (its own examples pass a FastNondominatedPartitioning)
-    try:
-        screen = ExpectedHypervolumeImprovement(
-            Marginals(model), ref_point=ref_point.tolist(),
-            partitioning=partitioning)  # type: ignore[arg-type]
-    except ValueError:  # no observed point better than the reference point: no screening
-        screen = None
-    acquisition = qLogExpectedHypervolumeImprovement(
-        model, ref_point=ref_point,
-        partitioning=partitioning,  # type: ignore[arg-type]
-        sampler=_sampler(seed, options))
-    keep = int(options.get("screen", 50))
-
-    def score(candidates: torch.Tensor) -> np.ndarray:
-        scores = np.full(len(candidates), -np.inf)
-        if screen is None or keep <= 0 or keep >= len(candidates):
-            top = np.arange(len(candidates))
-        else:  # the kept: highest analytic EHVI, ties to the first in pool order
-            top = np.sort(np.argsort(-_scores(screen, candidates), kind="stable")[:keep])
-        scores[top] = _scores(acquisition, candidates[torch.as_tensor(top)])
-        return scores
-
-    return score
+    acquisition = ExpectedHypervolumeImprovement(
+        Marginals(model), ref_point=ref_point.tolist(),
+        partitioning=partitioning)  # type: ignore[arg-type]
+    return lambda candidates: _scores(acquisition, candidates)
 
 
 def _seed(*parts: int) -> int:
@@ -419,5 +291,5 @@ def lsbo(evaluate: Evaluator, genome: Genome, seed: int, options: dict[str, Any]
 
 
 def ehvi(evaluate: Evaluator, genome: Genome, seed: int, options: dict[str, Any]) -> None:
-    """Expected hypervolume improvement BO (qLogEHVI) until the budget ends the run."""
+    """Expected hypervolume improvement BO (exact EHVI) until the budget ends the run."""
     _Loop(evaluate, genome, seed, options, _hypervolume).run()
