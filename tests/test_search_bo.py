@@ -215,3 +215,29 @@ def test_pooled_posterior_is_the_gps_and_scores_qlognei_alike(
                 candidates) for model in (plain, pooled)]
     assert torch.allclose(scores[0], scores[1], rtol=1e-6, atol=1e-9)
     assert int(scores[0].argmax()) == int(scores[1].argmax())
+
+
+def test_ehvi_is_the_expected_volume_beyond_the_reference_when_nothing_beats_it() -> None:
+    """No observed point better than the reference point (BoTorch's EHVI refuses such a
+    front): each candidate's score is the exact EHVI of an empty front, the product over
+    independent outputs of E[(y - r)+] = s phi(z) + (mu - r) Phi(z), z = (mu - r) / s."""
+    from botorch.models.transforms.outcome import Standardize
+    from scipy.stats import norm
+
+    from hwgptbench.moo.algorithms.bo import _hypervolume
+    from hwgptbench.moo.algorithms.pooled import Marginals, PooledGP
+
+    generator = torch.Generator().manual_seed(1)
+    X = torch.rand(30, 4, dtype=torch.float64, generator=generator)
+    Y = -1.15 - 0.3 * torch.stack([X[:, :2].sum(-1), X[:, 2:].sum(-1)], -1) / 2  # maximized
+    model = PooledGP(X, Y, outcome_transform=Standardize(m=2)).eval()
+    candidates = torch.rand(64, 1, 4, dtype=torch.float64, generator=generator)
+    scores = _hypervolume(model, X, Y, 0, {"ref_point": 1.1})(candidates)
+    with torch.no_grad():
+        posterior = Marginals(model).posterior(candidates)
+    mean = posterior.mean.squeeze(-2).numpy()
+    sd = posterior.variance.squeeze(-2).sqrt().numpy()
+    z = (mean + 1.1) / sd
+    expected = np.prod(sd * norm.pdf(z) + (mean + 1.1) * norm.cdf(z), axis=-1)
+    assert scores.max() > 0
+    np.testing.assert_allclose(scores, expected, rtol=1e-8, atol=1e-15)

@@ -91,7 +91,7 @@ from ..hypervolume import pareto_mask
 from .pooled import Marginals, PooledGP
 
 DTYPE = torch.float64
-CHUNK = 256  # candidates scored per acquisition call (bounds the MC tensors' memory)
+CHUNK = 1024  # candidates scored per acquisition call (bounds the MC tensors' memory)
 
 # (model, observed features, observed objectives to maximize (n, m), seed, options) ->
 # a scorer: acquisition values (np.ndarray, larger is better) of candidates (N, 1, d)

@@ -59,6 +59,7 @@ class Predictive:
             offset = model.train_targets - self.mean_module(self.train)  # (m, n)
             self.weights = torch.cholesky_solve(offset.unsqueeze(-1), self.root).squeeze(-1)
         m, dtype = model.num_outputs, self.root.dtype
+        self._shared: tuple[torch.Tensor, ...] | None = None  # sets' last shared points
         self.shift = (torch.zeros(m, dtype=dtype) if transform is None
                       else transform.means.reshape(m))
         self.scale = (torch.ones(m, dtype=dtype) if transform is None
@@ -86,11 +87,14 @@ class Predictive:
         (N, s + 1, m) and covariances (N, m, s + 1, s + 1), an output per block."""
         s, sets, m = len(shared), len(last), len(self.scale)
         with torch.no_grad():
-            mean_s, whitened_s = self._parts(shared)
+            if self._shared is None or not torch.equal(self._shared[0], shared):
+                mean, whitened = self._parts(shared)  # the same for every chunk of a pool
+                self._shared = (shared, mean, whitened, self.kernel(shared).to_dense()
+                                - whitened.transpose(-1, -2) @ whitened)
+            _, mean_s, whitened_s, cov_s = self._shared
             mean_l, whitened_l = self._parts(last)
             cov = shared.new_empty(sets, m, s + 1, s + 1)
-            cov[..., :s, :s] = (self.kernel(shared).to_dense()
-                                - whitened_s.transpose(-1, -2) @ whitened_s)
+            cov[..., :s, :s] = cov_s
             across = (self.kernel(last, shared).to_dense()
                       - whitened_l.transpose(-1, -2) @ whitened_s).transpose(0, 1)  # (N, m, s)
             cov[..., s, :s] = across
