@@ -60,6 +60,7 @@ def reference(args: argparse.Namespace) -> None:
 
 def _job(out: str, objectives: str, algorithm: str, config: dict[str, Any]) -> dict[str, Any]:
     import torch
+    from threadpoolctl import threadpool_limits
 
     from hwgptbench.moo.algorithms import get_algorithm, options_of
     from hwgptbench.moo.reference import load_reference
@@ -69,11 +70,12 @@ def _job(out: str, objectives: str, algorithm: str, config: dict[str, Any]) -> d
     problem, device = _problem(objectives, config)
     get_algorithm(algorithm)  # its library imported before timing
     wall, cpu = time.perf_counter(), time.process_time()
-    run_seeds(problem, load_reference(Path(out) / "reference" / objectives), algorithm,
-              config["budget"], range(config["seeds"]),
-              options_of(algorithm, config["options"]),
-              Path(out) / "runs" / objectives / algorithm,
-              {"objectives": objectives, "device": device})
+    with threadpool_limits(1):  # as the search rule's job: BLAS and OpenMP on one thread too
+        run_seeds(problem, load_reference(Path(out) / "reference" / objectives), algorithm,
+                  config["budget"], range(config["seeds"]),
+                  options_of(algorithm, config["options"]),
+                  Path(out) / "runs" / objectives / algorithm,
+                  {"objectives": objectives, "device": device})
     return {"objectives": objectives, "algorithm": algorithm,
             "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
 

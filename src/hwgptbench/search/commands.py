@@ -50,6 +50,7 @@ def cmd_search_reference(args: argparse.Namespace) -> None:
 def cmd_search(args: argparse.Namespace) -> None:
     """Run one search algorithm for every seed against the surrogate benchmark."""
     import torch
+    from threadpoolctl import threadpool_limits
 
     from ..moo.algorithms import options_of
     from ..moo.reference import load_reference
@@ -57,9 +58,11 @@ def cmd_search(args: argparse.Namespace) -> None:
 
     config, problem = _search_problem(args)
     torch.set_num_threads(args.threads)
-    run_seeds(problem, load_reference(args.reference), args.algorithm, config.budget,
-              range(config.seeds), options_of(args.algorithm, config.options), args.out,
-              {"objectives": args.objectives, "device": args.device})
+    # every thread pool of the job (BLAS, OpenMP) too: searches run side by side, one a core
+    with threadpool_limits(args.threads):
+        run_seeds(problem, load_reference(args.reference), args.algorithm, config.budget,
+                  range(config.seeds), options_of(args.algorithm, config.options), args.out,
+                  {"objectives": args.objectives, "device": args.device})
     log.info("wrote %s: %d runs of %s", args.out, config.seeds, args.algorithm)
 
 
