@@ -241,3 +241,25 @@ def test_ehvi_is_the_expected_volume_beyond_the_reference_when_nothing_beats_it(
     expected = np.prod(sd * norm.pdf(z) + (mean + 1.1) * norm.cdf(z), axis=-1)
     assert scores.max() > 0
     np.testing.assert_allclose(scores, expected, rtol=1e-8, atol=1e-15)
+
+
+def test_fits_and_scores_run_blas_on_the_searchs_threads(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """BoTorch's L-BFGS-B runs on numpy: its BLAS is held to the ``threads`` option (1), as
+    torch is, even where the process allows more (OpenBLAS threads slowed fits 1.6-2.5x)."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from hwgptbench.moo.algorithms import bo
+
+    seen: list[int] = []
+    fit = bo._Loop.fit
+
+    def spy(self: bo._Loop, *args: object) -> object:
+        seen.extend(pool["num_threads"] for pool in threadpool_info()
+                    if pool["user_api"] == "blas")
+        return fit(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(bo._Loop, "fit", spy)
+    with threadpool_limits(2, user_api="blas"):
+        search(AnalyticProblem(SPACE, ["error", "latency"]), "lsbo", 7)
+    assert seen and set(seen) == {1}
