@@ -74,11 +74,16 @@ hwgptbench: $(VENV)/.installed
 	@echo "figures and tables: results/s/figures/, results/s/tables/; report: results/report-hwgptbench.html"
 
 # REMOTE: a configured remote's name, or the URL of a published one, which hwgptbench pull adds
-# to .dvc/config.local (read-only, verify = true); ENDPOINT: an S3-compatible store's endpoint
+# to .dvc/config.local (read-only, verify = true); ENDPOINT: an S3-compatible store's endpoint.
+# Both reach the recipe as environment variables, never as its text: the shell expands them as
+# one quoted word each (a quote, `;` or `$` in a URL stays part of it).
 REMOTE ?=
 ENDPOINT ?=
+pull: export PULL_REMOTE := $(value REMOTE)
+pull: export PULL_ENDPOINT := $(value ENDPOINT)
 pull: $(VENV)/.installed
-	hwgptbench pull $(if $(REMOTE),--remote '$(REMOTE)') $(if $(ENDPOINT),--endpoint-url '$(ENDPOINT)')
+	hwgptbench pull $${PULL_REMOTE:+--remote "$$PULL_REMOTE"} \
+	  $${PULL_ENDPOINT:+--endpoint-url "$$PULL_ENDPOINT"}
 
 # test modules spread over TEST_WORKERS processes (pytest-xdist), one module per process, each
 # on TEST_THREADS threads (two single-threaded workers on two cores: 549 -> 491 s, README), in

@@ -174,6 +174,7 @@ def published_s(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Pat
     results, fitted = shared / "published-s" / "results", shared / "published-s" / "fitted"
     with FileLock(str(shared / "published-s.lock")):
         if not fitted.exists():
+            results.parent.mkdir(exist_ok=True)
             Benchmark.from_published("s", results)
             fitted.touch()
     return results

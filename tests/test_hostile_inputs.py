@@ -355,7 +355,12 @@ def test_export_refuses_bad_arch_ids_user_folders_and_the_working_directory(
     (mine / "thesis.tex").write_text("a user's file")
     err = refused(["export", "--checkpoint", checkpoint, "--arch", ARCH.id, "--out", mine],
                   mine, tmp_path)
-    assert "manifest.json" in err
+    assert "export did not write" in err
+    (mine / "manifest.json").write_text("{}")  # a user's site: a manifest is not a marker
+    (mine / "img").mkdir()
+    refused(["export", "--checkpoint", checkpoint, "--arch", ARCH.id, "--out", mine], mine,
+            tmp_path)
+    assert sorted(p.name for p in mine.iterdir()) == ["img", "manifest.json", "thesis.tex"]
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)

@@ -7,14 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hwgptbench.io import (
-    atomic_dir,
-    atomic_path,
-    atomic_write_json,
-    atomic_write_text,
-    remove_stale_staging,
-    sha256_file,
-)
+from hwgptbench.io import atomic_write_json, atomic_write_text, sha256_file
+from hwgptbench.outputs import atomic_dir, atomic_path, remove_stale_staging
 
 
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path: Path) -> None:

@@ -202,7 +202,7 @@ def test_make_pull_by_http_url(published: Path, http_root: str, tmp_path: Path) 
     venv = BIN.parent
     result = run(["make", "-f", str(REPO_ROOT / "Makefile"), "-o", f"{venv}/.installed",
                   f"VENV={venv}", "pull", f"REMOTE={url}"], repo)
-    assert f"hwgptbench pull --remote '{url}'" in result.stdout
+    assert "hwgptbench pull" in result.stdout  # the URL reaches it through the environment
     assert pulled_files(repo) == {name: data for name, data in FILES.items()}
     assert (repo / ".dvc" / "config").read_bytes() == committed
     section = local_remote_section(repo)

@@ -65,8 +65,8 @@ def smooth_data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def metadata(sp: SearchSpace, rows: int) -> dict[str, object]:
     return {"space_name": sp.name, "space": sp.to_dict(), "metric": "latency_ms",
             "feature_args": {"vocab_size": VOCAB, "batch_size": BATCH, "seq_len": SEQ},
-            "device": "cpu-test", "device_fingerprint": "abc123",
-            "condition": {"batch_size": BATCH, "seq_len": SEQ, "dtype": "float32"},
+            "device": "cpu-test", "device_fingerprint": {"device_name": "test"},
+            "condition": f"b{BATCH}-t{SEQ}-fp32-eager",
             "training_rows": rows}
 
 

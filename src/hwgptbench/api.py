@@ -21,19 +21,23 @@ measured values where an arch was measured and null elsewhere, ``mode="auto"`` t
 value where there is one and the surrogate's elsewhere. ``params`` and ``flops`` are computed
 exactly for any arch (:data:`COMPUTED`), never predicted.
 
-Without surrogates of its own under ``results/{scale}/surrogates`` (no ``make run``), a scale
-whose tables ship with the package (``hwgptbench.published``: HW-GPT-Bench's ``s``, ``m``,
-``l`` perplexities, measured device tables) is answered from them: their surrogates are fitted
-on first use and cached under ``results/published/``. ``fidelity=N`` asks for
-perplexity as if the supernet had been trained for N steps (``bench.fidelities``), the cheap
-low fidelities of multi-fidelity search.
+A scale whose tables ship with the package (``hwgptbench.published``: HW-GPT-Bench's ``s``,
+``m``, ``l`` perplexities, measured device tables) answers for the union of its shipped devices,
+the devices measured here (``results/{scale}/surrogates/devices/``) and those adapted with
+``hwgptbench adapt``; a device measured here and shipped too is answered from here, and
+perplexity from here where the run has it. The shipped tables' surrogates are fitted on first
+use and cached under ``results/published/``. ``fidelity=N`` asks for perplexity as if the
+supernet had been trained for N steps (``bench.fidelities``), the cheap low fidelities of
+multi-fidelity search.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-from collections.abc import Mapping, Sequence
+import reprlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,7 +59,9 @@ from .predictors.base import Surrogate
 from .predictors.features import analytic_counts, features_of_encoded
 from .predictors.store import METADATA, load_surrogate, read_metadata
 from .schema import ANY
-from .space import Arch, SearchSpace
+from .space import Arch, InvalidArchError, SearchSpace
+
+log = logging.getLogger(__name__)
 
 PERPLEXITY = "perplexity"
 # metrics of the arch alone, from the perplexity table: no device, no condition
@@ -74,10 +80,77 @@ TABLE_FIX = "delete it and rerun the workflow (`make run`), or pull it again (`m
 
 
 class QueryError(UserError, ValueError):
-    """A query names a device, metric, condition, family or mode the benchmark does not have."""
+    """A query names a device, metric, condition, family or mode the benchmark does not have,
+    or passes an argument of the wrong type."""
+
+
+class NoSurrogatesError(QueryError, FileNotFoundError):
+    """A scale has no surrogates to load: neither a run's nor shipped tables."""
 
 
 SHOWN_CONDITIONS = 5
+
+
+def _shown(value: Any) -> str:
+    """A short repr of an argument for a message."""
+    return reprlib.repr(value)
+
+
+def scale_name(scale: Any, argument: str = "scale") -> str:
+    """``scale`` if it is a scale's name (letters, digits and _, as params.yaml names spaces)."""
+    if not isinstance(scale, str) or not layout.SCALE_NAME.fullmatch(scale):
+        raise QueryError(f"{argument}: {_shown(scale)} is not a scale name (letters, digits and "
+                         "_: a space of params.yaml, e.g. tiny; shipped: "
+                         f"{', '.join(published.scales()) or 'none'})")
+    return scale
+
+
+def results_folder(results_dir: Any, argument: str = "results_dir") -> Path:
+    """``results_dir`` as a path: a folder, or one to create inside an existing folder (the
+    shipped tables' surrogates are cached in it); a file or a missing parent is refused."""
+    if not isinstance(results_dir, (str, os.PathLike)):
+        raise QueryError(f"{argument}: {_shown(results_dir)} is not a path; pass the results "
+                         "folder (default: results)")
+    folder = Path(results_dir)
+    if folder.exists() and not folder.is_dir():
+        raise QueryError(f"{argument}: {folder} is a file, not a results folder")
+    if not folder.exists() and not folder.parent.is_dir():
+        raise QueryError(f"{argument}: neither {folder} nor the folder it would be created in "
+                         f"({folder.parent}) exists; pass a results folder, or one to create "
+                         "inside an existing folder")
+    return folder
+
+
+def _text(value: Any, argument: str, accepted: str) -> str:
+    """``value`` if it is a str."""
+    if not isinstance(value, str):
+        raise QueryError(f"{argument}: {_shown(value)} is not a str; {accepted}")
+    return value
+
+
+def _names(value: Any, argument: str, accepted: str) -> list[str]:
+    """A str, or an iterable of str (not a mapping), as a list."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Iterable) and not isinstance(value, (Mapping, bytes)):
+        names = list(value)
+        if all(isinstance(name, str) for name in names):
+            return names
+    raise QueryError(f"{argument}: {_shown(value)} is not a name or a list of names; {accepted}")
+
+
+def bool_argument(value: Any, argument: str) -> bool:
+    """``value`` if it is a bool."""
+    if not isinstance(value, bool):
+        raise QueryError(f"{argument}: {_shown(value)} is not True or False")
+    return value
+
+
+def _count(value: Any, argument: str) -> int:
+    """``value`` if it is an int >= 0 (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise QueryError(f"{argument}: {_shown(value)} is not an integer >= 0")
+    return int(value)
 
 
 def measured_default(params_file: Path) -> str | None:
@@ -123,6 +196,73 @@ def _choose(kind: str, value: Any, available: Sequence[str]) -> str:
     return value
 
 
+def _surrogate_rows(folder: Path) -> list[dict[str, Any]]:
+    """One index row per surrogate under ``folder``: its target, family, train_steps, folder,
+    space and feature args."""
+    rows = []
+    for path in sorted(folder.glob(f"**/{METADATA}")):
+        meta = read_metadata(path.parent)
+        rows.append({"metric": meta["metric"], "device": meta["device"],
+                     "condition": meta["condition"], "family": meta["family"],
+                     "train_steps": meta.get("train_steps"), "folder": str(path.parent),
+                     "space_name": meta["space_name"],
+                     "space": json.dumps(meta["space"], sort_keys=True),
+                     **meta["feature_args"]})
+    return rows
+
+
+def _spaces(rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """The search spaces (name, definition) that index rows were fitted on."""
+    return {(row["space_name"], row["space"]) for row in rows}
+
+
+def _chosen(index: pl.DataFrame, folder: Path, family: str) -> pl.DataFrame:
+    """The rows of one surrogates folder's index that queries use under ``family``: those its
+    quality tables selected (``best``), or those of the family."""
+    if family == BEST:
+        return index.join(_selected(folder), on=[*TARGET_KEYS, "family"], how="semi")
+    return index.filter(pl.col("family") == family)
+
+
+@dataclass(frozen=True)
+class RunTables:
+    """What a run's results folder holds of one scale: the index rows of its surrogates and
+    of its adapted devices, and the tables that queries in measured mode read."""
+
+    surrogates: Path
+    rows: list[dict[str, Any]]
+    adapted: list[dict[str, Any]]
+    measurements: pl.DataFrame | None
+    perplexities: pl.DataFrame | None
+    default_condition: str | None  # the measure params' first condition
+
+    @classmethod
+    def read(cls, scale: str, top: str) -> RunTables:
+        """The run's tables of ``scale`` under the results folder ``top`` (none: empty)."""
+        surrogates = Path(layout.surrogates(scale, top))
+        adapted = Path(layout.adapted(scale, top))
+        measured = [read_parquet(p, TABLE_FIX) for p in [
+            Path(layout.measurements(scale, top)),
+            *sorted(Path(layout.runtime_tables(scale, top)).glob("*.parquet")),
+            *sorted(adapted.glob("*/*.parquet"))] if p.exists()]
+        perplexity = Path(layout.perplexity(scale, top))
+        return cls(surrogates, _surrogate_rows(surrogates), _surrogate_rows(adapted),
+                   pl.concat(measured, how="diagonal_relaxed") if measured else None,
+                   read_parquet(perplexity, TABLE_FIX) if perplexity.exists() else None,
+                   measured_default(Path(layout.params_sections(top)) / "measure.json"))
+
+    def fitted_devices(self) -> set[str]:
+        """The devices with hardware surrogates here (fitted or adapted)."""
+        return {row["device"] for row in [*self.rows, *self.adapted]
+                if row["metric"] not in DEVICE_FREE}
+
+    def measured_devices(self) -> set[str]:
+        """The devices of the measured rows here."""
+        if self.measurements is None or "device" not in self.measurements.columns:
+            return set()
+        return set(self.measurements["device"].drop_nulls())
+
+
 @dataclass
 class Benchmark:
     """Surrogates and measurements of one scale, loaded from a results folder."""
@@ -155,27 +295,22 @@ class Benchmark:
         adapted surrogate wherever ``family`` has no surrogate of their (metric, condition).
 
         ``source`` ``results`` reads the run's results only, ``published`` the tables shipped
-        with the package (:meth:`from_published`), ``auto`` the results where the scale has
-        surrogates there and the shipped tables otherwise.
+        with the package (:meth:`from_published`), ``auto`` both where the scale's tables ship:
+        the union of the shipped devices and those measured or adapted here (a label in both
+        is answered from here, and logged), perplexity from here where the run has its
+        surrogates; for another scale ``auto`` reads the results. A results folder whose
+        surrogates were fitted on another space than the shipped tables' is read alone (with a
+        warning).
         """
+        scale = scale_name(scale)
+        top = str(results_folder(results_dir))
         _choose("source", source, SOURCES)
-        top = str(results_dir)
-        surrogates = Path(layout.surrogates(scale, top))
-        own = next(surrogates.glob(f"**/{METADATA}"), None) is not None
-        if source == "published" or (source == "auto" and not own
-                                     and scale in published.scales()):
+        if source == "published":
             return cls.from_published(scale, top, family)
-        adapted_dir = Path(layout.adapted(scale, top))
-        measured = [read_parquet(p, TABLE_FIX) for p in [
-            Path(layout.measurements(scale, top)),
-            *sorted(Path(layout.runtime_tables(scale, top)).glob("*.parquet")),
-            *sorted(adapted_dir.glob("*/*.parquet"))] if p.exists()]
-        perplexity = Path(layout.perplexity(scale, top))
-        return cls._assemble(
-            scale, surrogates, adapted_dir, family,
-            pl.concat(measured, how="diagonal_relaxed") if measured else None,
-            read_parquet(perplexity, TABLE_FIX) if perplexity.exists() else None,
-            measured_default(Path(layout.params_sections(top)) / "measure.json"))
+        run = RunTables.read(scale, top)
+        if source == "auto" and scale in published.scales():
+            return cls._union(scale, top, family, run)
+        return cls._of_run(scale, family, run)
 
     @classmethod
     def from_published(cls, scale: str, results_dir: str | os.PathLike[str] = "results",
@@ -185,33 +320,72 @@ class Benchmark:
         ``{results_dir}/published/`` (seconds to a minute), read by later calls."""
         from .published.surrogates import ensure_surrogates
 
-        folder = ensure_surrogates(scale, results_dir)
+        scale = scale_name(scale)
+        folder = ensure_surrogates(scale, results_folder(results_dir))
         tables = list(published.device_tables(scale).values())
-        return cls._assemble(scale, folder, None, family,
+        return cls._assemble(scale, [(folder, _surrogate_rows(folder))], [], family,
                              pl.concat(tables, how="diagonal_relaxed") if tables else None,
                              published.perplexity_table(scale),
                              published.default_conditions(scale))
 
     @classmethod
-    def _assemble(cls, scale: str, surrogates: Path, adapted_dir: Path | None, family: str,
+    def _of_run(cls, scale: str, family: str, run: RunTables) -> Benchmark:
+        """The benchmark of a run's results alone (its surrogates and adapted devices)."""
+        return cls._assemble(scale, [(run.surrogates, run.rows)], run.adapted, family,
+                             run.measurements, run.perplexities, run.default_condition)
+
+    @classmethod
+    def _union(cls, scale: str, top: str, family: str, run: RunTables) -> Benchmark:
+        """The shipped tables of ``scale`` and the run's results, devices joined: a device
+        (or perplexity) the run has is answered from the run, every other from the shipped
+        tables."""
+        from .published.surrogates import ensure_surrogates
+
+        shipped = ensure_surrogates(scale, top)
+        shipped_rows = _surrogate_rows(shipped)
+        own = [*run.rows, *run.adapted]
+        if own and _spaces(own) != _spaces(shipped_rows):
+            log.warning("the surrogates under %s are of another %s search space than the "
+                        "shipped tables: answering from them alone (source='published', "
+                        "--source published, queries the shipped tables)", run.surrogates,
+                        scale)
+            return cls._of_run(scale, family, run)
+        fitted = run.fitted_devices()
+        here = fitted | run.measured_devices()
+        tables = published.device_tables(scale)
+        for device in sorted(set(tables) & here):
+            log.info("%s: measured here and shipped with the package; answering from %s",
+                     device, run.surrogates.parent)
+        device_free = any(row["metric"] in DEVICE_FREE for row in run.rows)
+        kept = [row for row in shipped_rows
+                if row["device"] not in fitted
+                and not (device_free and row["metric"] in DEVICE_FREE)]
+        measured = [table for label, table in tables.items() if label not in here]
+        if run.measurements is not None:
+            measured.insert(0, run.measurements)
+        defaults = {label: condition for label, condition
+                    in published.default_conditions(scale).items() if label not in fitted}
+        if run.default_condition:
+            defaults |= dict.fromkeys(fitted, run.default_condition)
+        return cls._assemble(
+            scale, [(run.surrogates, run.rows), (shipped, kept)], run.adapted, family,
+            pl.concat(measured, how="diagonal_relaxed") if measured else None,
+            run.perplexities if device_free else published.perplexity_table(scale), defaults)
+
+    @classmethod
+    def _assemble(cls, scale: str, parts: Sequence[tuple[Path, list[dict[str, Any]]]],
+                  adapted: list[dict[str, Any]], family: str,
                   measurements: pl.DataFrame | None, perplexities: pl.DataFrame | None,
                   default_condition: str | Mapping[str, str] | None) -> Benchmark:
-        """The benchmark of the surrogates under ``surrogates`` (and adapted devices under
-        ``adapted_dir``) with the tables their queries in measured mode read."""
-        rows = []
-        paths = [*surrogates.glob(f"**/{METADATA}"),
-                 *(adapted_dir.glob(f"**/{METADATA}") if adapted_dir else [])]
-        for path in sorted(paths):
-            meta = read_metadata(path.parent)
-            rows.append({"metric": meta["metric"], "device": meta["device"],
-                         "condition": meta["condition"], "family": meta["family"],
-                         "train_steps": meta.get("train_steps"), "folder": str(path.parent),
-                         "space_name": meta["space_name"],
-                         "space": json.dumps(meta["space"], sort_keys=True),
-                         **meta["feature_args"]})
+        """The benchmark of the surrogates of ``parts`` (each a surrogates folder and the index
+        rows of its surrogates that it answers for) and of ``adapted`` devices, with the
+        tables their queries in measured mode read."""
+        where = parts[0][0]
+        rows = [{**row, "part": number} for number, (_, part) in enumerate(parts)
+                for row in part] + [{**row, "part": len(parts)} for row in adapted]
         if not rows:
-            raise FileNotFoundError(
-                f"no surrogates under {surrogates}; build them with `make run` "
+            raise NoSurrogatesError(
+                f"no surrogates under {where}; build them with `make run` "
                 "(or `snakemake`), or fetch them with `make pull`; the tables shipped with the "
                 f"package cover the scales {', '.join(published.scales()) or 'none'}")
         index = pl.DataFrame(rows)
@@ -220,23 +394,19 @@ class Benchmark:
         if spaces.height != 1:
             found = "; ".join(f"{name} {space} (e.g. {folder})"
                               for name, space, folder in spaces.iter_rows())
-            raise QueryError(f"surrogates under {surrogates} were fitted on different search "
+            raise QueryError(f"surrogates under {where} were fitted on different search "
                              f"spaces: {found}. Refit them all on the current space (`make run`), "
                              "or restore the space they were fitted on")
         fitted = sorted(set(index["family"]) - {ADAPTED})
         if fitted:  # adapted surrogates fill in under any family
             _choose("surrogate family", family, [BEST, *fitted])
         space = SearchSpace.from_dict(spaces["space_name"][0], json.loads(spaces["space"][0]))
-        if not fitted:  # adapted devices only
-            chosen = index.clear()
-        elif family == BEST:
-            chosen = index.join(_selected(surrogates),
-                                on=[*TARGET_KEYS, "family"], how="semi")
-        else:
-            chosen = index.filter(pl.col("family") == family)
-        adapted = index.filter(pl.col("family") == ADAPTED).join(
+        chosen = pl.concat([index.clear(), *(
+            _chosen(index.filter(pl.col("part") == number), folder, family)
+            for number, (folder, part) in enumerate(parts) if part and fitted)])
+        filled = index.filter(pl.col("family") == ADAPTED).join(
             chosen, on=["metric", "device", "condition"], how="anti")
-        return cls(scale, space, pl.concat([chosen, adapted]).drop("space"), family,
+        return cls(scale, space, pl.concat([chosen, filled]).drop("space", "part"), family,
                    with_condition_columns(measurements) if measurements is not None else None,
                    perplexities, default_condition)
 
@@ -258,6 +428,7 @@ class Benchmark:
 
     def devices_of(self, metric: str) -> list[str]:
         """Device labels with a surrogate of ``metric``."""
+        _text(metric, "metric", "name a metric, e.g. latency_ms")
         return sorted(set(self.index.filter(pl.col("metric") == metric)["device"]) - {ANY})
 
     @property
@@ -274,12 +445,57 @@ class Benchmark:
     def conditions(self, device: str, metric: str = "latency_ms") -> list[str]:
         """Condition ids (``b{batch}-t{seq}-{dtype}-{launch}`` and runtime options) of a
         device and metric."""
+        _text(device, "device", f"name a device: {', '.join(self.devices)}")
+        _text(metric, "metric", "name a metric, e.g. latency_ms")
         rows = self.index.filter((pl.col("device") == device) & (pl.col("metric") == metric))
         return sorted(rows["condition"])
 
     def sample(self, n: int, seed: int = 0) -> list[Arch]:
         """n distinct archs drawn uniformly from the space."""
+        n, seed = _count(n, "n"), _count(seed, "seed")
+        if n > self.space.size():
+            raise QueryError(f"n: {n} is more archs than the {self.space.name} space has "
+                             f"({self.space.size()})")
         return self.space.sample(n, seed)
+
+    def _archs(self, archs: Any) -> list[Arch]:
+        """The archs of a query: one Arch or arch id, or an iterable of them."""
+        if isinstance(archs, (str, Arch)):
+            archs = [archs]
+        elif not isinstance(archs, Iterable) or isinstance(archs, (Mapping, bytes)):
+            raise QueryError(f"archs: {_shown(archs)} is not a list of archs; pass Arch objects "
+                             "or arch ids (e.g. bench.sample(10)), or one of them")
+        parsed = []
+        for position, arch in enumerate(archs):
+            if isinstance(arch, Arch):
+                parsed.append(arch)
+                continue
+            if not isinstance(arch, str):
+                raise QueryError(f"archs[{position}]: {_shown(arch)} is not an Arch or an arch "
+                                 f"id (e.g. {self.space.smallest().id})")
+            try:
+                parsed.append(Arch.from_id(arch))
+            except InvalidArchError as err:
+                raise QueryError(f"archs[{position}]: {err}") from None
+        return parsed
+
+    def _check_space(self, archs: Sequence[Arch]) -> None:
+        """QueryError naming the first arch that is not one of the space's."""
+        for position, arch in enumerate(archs):
+            try:
+                self.space.validate(arch)
+            except InvalidArchError as err:
+                raise QueryError(f"archs[{position}]: {arch.id} is not an arch of this "
+                                 f"benchmark: {err}") from None
+
+    def _encode(self, distinct: list[Arch], archs: list[Arch]) -> np.ndarray:
+        """The features of the distinct archs (the query's ``archs``, of which an arch out of
+        the space is named by its position)."""
+        try:
+            return self.space.encode(distinct)
+        except InvalidArchError:
+            self._check_space(archs)
+            raise
 
     def _entry(self, metric: str, device: str | None, condition: str | Mapping[str, Any] | None,
                fidelity: int | None) -> dict[str, Any]:
@@ -383,12 +599,16 @@ class Benchmark:
             source.select("arch_id", metric), on="arch_id", how="left", maintain_order="left")
         return values[metric].cast(pl.Float64)
 
-    def query(self, archs: Sequence[Arch | str], metrics: str | Sequence[str],
+    def query(self, archs: Arch | str | Iterable[Arch | str], metrics: str | Sequence[str],
               device: str | None = None, condition: str | Mapping[str, Any] | None = None,
               mode: str = "surrogate", return_interval: bool = False,
               fidelity: int | None = None) -> pl.DataFrame:
         """One row per arch: ``arch_id`` and a column per metric (with ``{metric}_lo`` /
         ``{metric}_hi`` for the surrogate's interval when ``return_interval``).
+
+        ``archs``: Arch objects or arch ids (one of them alone stands for a list of one);
+        ``metrics``: a metric name or a list of them; a wrong type is a :class:`QueryError`
+        naming the argument.
 
         ``fidelity``: perplexity of the supernet after that many training steps, one of
         :attr:`fidelities` (None: fully trained). Hardware metrics do not depend on it: they
@@ -399,14 +619,22 @@ class Benchmark:
         ``condition`` (batch 1 and the space's block size where it names none).
         """
         _choose("mode", mode, MODES)
-        if fidelity is not None and fidelity not in self.fidelities:
-            raise QueryError(f"unknown fidelity {fidelity!r}; available (training steps): "
+        return_interval = bool_argument(return_interval, "return_interval")
+        if fidelity is not None and (isinstance(fidelity, bool)
+                                     or fidelity not in self.fidelities):
+            raise QueryError(f"unknown fidelity {_shown(fidelity)}; available (training steps): "
                              f"{', '.join(map(str, self.fidelities)) or 'none'}")
-        metrics = [metrics] if isinstance(metrics, str) else list(metrics)
-        parsed = [Arch.from_id(a) if isinstance(a, str) else a for a in archs]
+        if device is not None:
+            _text(device, "device", f"name a device: {', '.join(self.devices)}")
+        if condition is not None and not isinstance(condition, (str, Mapping)):
+            raise QueryError(f"condition: {_shown(condition)} is not a condition id (e.g. "
+                             "b1-t128-fp32-eager) or a dict of condition fields "
+                             f"({', '.join(CONDITION_KEYS)})")
+        metrics = _names(metrics, "metrics", "available: "
+                         f"{', '.join([*self.metrics, *COMPUTED])}")
+        parsed = self._archs(archs)
         if mode == "measured":  # in surrogate mode the feature encoding validates each arch
-            for arch in parsed:
-                self.space.validate(arch)
+            self._check_space(parsed)
         ids = [a.id for a in parsed]
         columns: dict[str, Any] = {"arch_id": ids}
         # each distinct arch is predicted once (searches re-query, small spaces repeat)
@@ -419,7 +647,7 @@ class Benchmark:
         for metric in metrics:
             if metric in COMPUTED:
                 if encoded is None:
-                    encoded = self.space.encode(distinct)
+                    encoded = self._encode(distinct, parsed)
                 columns[metric] = self._computed(metric, encoded, condition)[inverse]
                 continue
             entry = self._entry(metric, device, condition, fidelity)
@@ -429,7 +657,7 @@ class Benchmark:
             key = (entry["vocab_size"], entry["batch_size"], entry["seq_len"])
             if key not in features:
                 if encoded is None:
-                    encoded = self.space.encode(distinct)
+                    encoded = self._encode(distinct, parsed)
                 features[key] = features_of_encoded(self.space, encoded, *key)
             model = self._model(entry["folder"])
             columns[metric] = model.predict(features[key])[inverse]

@@ -22,6 +22,7 @@ from pathlib import Path
 from . import __version__, params
 from .errors import UserError
 from .options import params_arg
+from .outputs import check_output_flags
 
 TRACE_ENV = "HWGPTBENCH_IMPORT_TRACE"  # a folder: each command writes the modules it loaded
 # subcommand -> the module whose register(add) adds it (with its siblings), in workflow order.
@@ -50,10 +51,11 @@ COMMANDS: dict[str, str] = {
 
 
 def cmd_validate(args: argparse.Namespace) -> None:
-    """Check params.yaml against the schema."""
-    for path in args.params or ["params.yaml"]:
-        params.load(path)
-        print(f"{path}: valid")
+    """Check params.yaml against the schema, with each further --params file (an overlay such
+    as params/full.yaml) merged over it as `snakemake --configfile` merges it."""
+    paths = args.params or ["params.yaml"]
+    params.merge_files(paths)
+    print(f"{' + '.join(paths)}: valid")
 
 
 def registries(command: str | None = None) -> list[str]:
@@ -96,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        check_output_flags(vars(args))
         args.func(args)
     except subprocess.CalledProcessError as exc:
         print(f"hwgptbench {args.command}: error: {' '.join(exc.cmd)} exited with "

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import polars as pl
 
-from .io import check_output_file, write_parquet
 from .options import Add, load, load_settings, scale_and_results, space_of
+from .outputs import TABLE_SUFFIXES, check_output_file, write_table
 from .settings.sections import MeasureSettings
 from .space import Arch, InvalidArchError
 
@@ -24,7 +24,7 @@ def cmd_query(args: argparse.Namespace) -> None:
     from .api import Benchmark, QueryError
 
     if args.out:
-        check_output_file(args.out)
+        check_output_file(args.out, "query", TABLE_SUFFIXES)
     ids = [Arch.from_id(arch_id).id for arch_id in args.arch or []]
     if args.archs_file:
         ids += archs_of_file(Path(args.archs_file))
@@ -39,11 +39,7 @@ def cmd_query(args: argparse.Namespace) -> None:
             log.info("%s on %s, %s: %s surrogate", row["metric"], row["device"],
                      row["condition"], row["family"])
     if args.out:
-        out = Path(args.out)
-        if out.suffix == ".csv":
-            table.write_csv(out)
-        else:
-            write_parquet(table, out)
+        out = write_table(table, args.out, "query")
         log.info("wrote %s: %d rows", out, table.height)
     else:
         with pl.Config(tbl_rows=len(table), fmt_str_lengths=60, tbl_width_chars=160):
@@ -71,11 +67,17 @@ def archs_of_file(path: Path) -> list[str]:
 
 def cmd_publish_device(args: argparse.Namespace) -> None:
     """Publish a device's measurement table (devices/{scale}/{label}.parquet) to the DVC remote."""
-    from .meters.campaign import device_label
+    from . import layout
     from .remote import publish_device
 
-    section = load_settings(args, MeasureSettings)
-    label = args.device or device_label(section, section.threads)
+    layout.check_label(args.scale, "--scale", layout.SCALE_NAME)
+    if args.device is not None:
+        label = layout.check_label(args.device, "--device")
+    else:
+        from .meters.campaign import device_label  # torch: only to derive this machine's label
+
+        section = load_settings(args, MeasureSettings)
+        label = device_label(section, section.threads)
     pointer = publish_device(args.scale, label, args.results, push=not args.no_push,
                              remote=args.remote)
     print(f"published {label}; commit the pointer: git add {pointer} {pointer.parent}/.gitignore "
@@ -139,8 +141,9 @@ def register(add: Add) -> None:
                          "where there is one, else predicted (default: %(default)s)")
     command.add_argument("--source", choices=["auto", "results", "published"], default="auto",
                          help="results: the run's results; published: the tables shipped with "
-                              "the package; auto: the results where the scale has surrogates "
-                              "there, else the shipped tables (default: %(default)s)")
+                              "the package; auto: both for a shipped scale (its shipped devices "
+                              "and those measured or adapted here; here wins for a label in "
+                              "both), else the results (default: %(default)s)")
     command.add_argument("--interval", action="store_true", help="add the surrogate's interval")
     command.add_argument("--fidelity", type=int, help="perplexity of the supernet after this "
                                                       "many training steps (default: fully "

@@ -16,6 +16,8 @@ and ``accuracy`` (HW-GPT-Bench's published values for its published archs, the s
 elsewhere), ``latencies`` (ms) and ``energies`` (mJ; None on a device without an energy
 counter) per device, ``flops``, ``params``, ``float16_memory`` and ``bfloat16_memory``
 (computed). docs/hwgptbench_api.md sets the two APIs and their metric definitions side by side.
+An argument of the wrong type or value is a :class:`~hwgptbench.api.QueryError` naming it and
+what it accepts.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .api import Benchmark, QueryError
+from .api import Benchmark, NoSurrogatesError, QueryError, bool_argument, scale_name
 from .space import Arch, SearchSpace
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,8 @@ COMPUTED = ("flops", "params")  # in HW-GPT-Bench's order; Benchmark computes bo
 MEMORY = {"float16_memory": 2, "bfloat16_memory": 2}
 ARCH_ONLY = ("perplexity", "accuracy")
 MEGABYTE = 1e6
+# the list fields of a config: one value per layer
+LAYER_LISTS = ("sample_layer_indices", "sample_n_head", "sample_mlp_ratio")
 
 
 def _as_bool(value: Any) -> bool:
@@ -53,10 +57,45 @@ def _as_bool(value: Any) -> bool:
     raise QueryError(f"sample_bias: {value!r} is not True, False, 'True' or 'False'")
 
 
+def _base_folder(base_path: Any) -> Path:
+    """``base_path`` if it names an existing folder (its ``results/`` may be absent: the
+    shipped tables' surrogates are then cached in a new one)."""
+    if not isinstance(base_path, (str, os.PathLike)):
+        raise QueryError(f"base_path: {base_path!r} is not a path; pass the folder whose "
+                         "results/ is read (default: '.')")
+    folder = Path(base_path)
+    if not folder.is_dir():
+        raise QueryError(f"base_path: {folder} is not an existing folder; pass the folder whose "
+                         "results/ is read (HW-GPT-Bench: its checkout; default '.', where a "
+                         "results/ folder is created for the shipped tables' surrogates)")
+    return folder
+
+
+def _checked_predictor(predictor: Any) -> str:
+    """``predictor`` if it is a str: ``mlp`` the surrogate, any other name the supernet's
+    evaluation."""
+    if not isinstance(predictor, str):
+        raise QueryError(f"predictor: {predictor!r} is not a str; 'mlp' (the surrogate) or "
+                         "another name (the supernet's published evaluation)")
+    return predictor
+
+
+def _names(value: Any, argument: str, known: Sequence[str]) -> list[str]:
+    """A name, or a list or tuple of names, as a list (``known``: the names a message lists)."""
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise QueryError(f"{argument}: {value!r} is not a name or a list of names; known: "
+                         f"{', '.join(known) or 'none'}")
+    return list(names)
+
+
 def arch_of(config: Mapping[str, Any], space: SearchSpace) -> Arch:
     """The arch of a HW-GPT-Bench config (``sample_*`` keys; head and ratio lists of the
     space's maximum depth or of ``sample_n_layer``, of which the first ``sample_n_layer``
     count)."""
+    if not isinstance(config, Mapping):
+        raise QueryError(f"config: {config!r} is not a dict; set_arch takes a dict like "
+                         "sample_arch() returns")
     required = ("sample_embed_dim", "sample_n_layer", "sample_n_head", "sample_mlp_ratio",
                 "sample_bias")
     missing = [key for key in required if key not in config]
@@ -66,6 +105,9 @@ def arch_of(config: Mapping[str, Any], space: SearchSpace) -> Arch:
     n_layer = config["sample_n_layer"]
     if not isinstance(n_layer, int) or isinstance(n_layer, bool) or n_layer < 1:
         raise QueryError(f"sample_n_layer: {n_layer!r} is not a positive int")
+    for name in LAYER_LISTS:
+        if name in config and not isinstance(config[name], (list, tuple)):
+            raise QueryError(f"{name}: {config[name]!r} is not a list (one value per layer)")
     indices = config.get("sample_layer_indices", list(range(n_layer)))
     if list(indices) != list(range(n_layer)):
         raise QueryError(f"sample_layer_indices: {list(indices)} skips or reorders layers; "
@@ -100,8 +142,9 @@ def config_of(arch: Arch, space: SearchSpace) -> dict[str, Any]:
 class HWGPT:
     """HW-GPT-Bench's ``HWGPT`` over :class:`~hwgptbench.api.Benchmark`.
 
-    ``base_path`` is the folder whose ``results/`` is read (HW-GPT-Bench: its checkout); a
-    scale without results there is answered from the tables shipped with the package.
+    ``base_path`` is an existing folder whose ``results/`` is read (HW-GPT-Bench: its
+    checkout); a shipped scale answers for its shipped devices and those measured or adapted
+    there (:meth:`Benchmark.load <hwgptbench.api.Benchmark.load>`).
     ``use_supernet_surrogate`` adds ``perplexity`` and ``accuracy`` to every :meth:`query`, as
     HW-GPT-Bench's supernet evaluation did. ``prefer_measured`` answers every metric with its
     measured (or published) value where the arch has one, and the surrogate's elsewhere;
@@ -111,10 +154,17 @@ class HWGPT:
     def __init__(self, search_space: str, use_supernet_surrogate: bool = True,
                  base_path: str | os.PathLike[str] = ".", prefer_measured: bool = True
                  ) -> None:
-        self.search_space_name = search_space
+        self.search_space_name = scale_name(search_space, "search_space")
         self.base_path = base_path
-        self.use_supernet_surrogate = use_supernet_surrogate
-        self.benchmark = Benchmark.load(search_space, Path(base_path) / "results")
+        self.use_supernet_surrogate = bool_argument(use_supernet_surrogate,
+                                                     "use_supernet_surrogate")
+        prefer_measured = bool_argument(prefer_measured, "prefer_measured")
+        results = _base_folder(base_path) / "results"
+        try:
+            self.benchmark = Benchmark.load(search_space, results)
+        except NoSurrogatesError as err:
+            raise QueryError(f"search_space: {search_space!r} has no tables here ({err})"
+                             ) from None
         space = self.benchmark.space
         self.search_space = {"embed_dim_choices": list(space.embed_dim),
                              "n_layer_choices": list(space.n_layer),
@@ -166,7 +216,10 @@ class HWGPT:
         return self.benchmark.query([self.arch], metric, device=device,
                                     mode=mode or self.mode)[metric][0]
 
-    def _check_device(self, device: str) -> None:
+    def _check_device(self, device: Any) -> None:
+        if not isinstance(device, str):
+            raise QueryError(f"device: {device!r} is not a device name; devices with tables "
+                             f"here: {', '.join(self.device_list) or 'none'}")
         if device in self.device_list:
             return
         borrowed = (f"{device!r} is one of HW-GPT-Bench's devices, whose measurements it never "
@@ -191,15 +244,16 @@ class HWGPT:
     def get_memory(self, objective: str) -> float:
         """MB (10^6 bytes) of the current arch's weights in the dtype of ``objective``
         (``float16_memory`` or ``bfloat16_memory``)."""
-        if objective not in MEMORY:
+        if not isinstance(objective, str) or objective not in MEMORY:
             raise QueryError(f"unknown memory metric {objective!r}; known: {', '.join(MEMORY)}")
         return self.get_params() * MEMORY[objective] / MEGABYTE
 
     def compute_predictions_hw(self, hw_metric: str, device: str) -> float | None:
         """``latencies`` (ms) or ``energies`` (mJ) of the current arch on ``device``."""
-        if hw_metric not in PER_DEVICE:
+        if not isinstance(hw_metric, str) or hw_metric not in PER_DEVICE:
             raise QueryError(f"unknown per-device metric {hw_metric!r}; known: "
                              f"{', '.join(PER_DEVICE)}")
+        self._check_device(device)
         value = self._value(PER_DEVICE[hw_metric], device)
         if value is None:
             log.warning("%s: %s has no %s table here (None)", hw_metric, device,
@@ -210,7 +264,7 @@ class HWGPT:
         """Perplexity and accuracy: ``predictor`` ``mlp`` as HW-GPT-Bench's surrogate (here:
         the selected one, after the published value); any other, its supernet evaluation
         (here: the published value only)."""
-        mode = self.mode if predictor == "mlp" else "measured"
+        mode = self.mode if _checked_predictor(predictor) == "mlp" else "measured"
         values = {metric: self._value(metric, mode=mode) for metric in ARCH_ONLY}
         if any(v is None for v in values.values()):
             raise QueryError(f"predictor {predictor!r} asks for the supernet's evaluation of "
@@ -225,17 +279,18 @@ class HWGPT:
         ms}, "energies": {device: mJ}, "flops": int, "params": int, "float16_memory": MB,
         ...}``; ``metric="perplexity"`` (or ``"accuracy"``) gives ``{"perplexity": float}``.
         A device alone asks for latencies and energies; a metric alone asks on every device."""
+        known = [*PER_DEVICE, *COMPUTED, *MEMORY, *ARCH_ONLY]
+        _checked_predictor(predictor)
         if device is not None and metric is None:
             metric = self.hw_metrics_surrogate
-        if metric in ARCH_ONLY:
-            return {str(metric): self._arch_metrics(predictor)[str(metric)]}
+        if isinstance(metric, str) and metric in ARCH_ONLY:
+            return {metric: self._arch_metrics(predictor)[metric]}
         devices = (self.device_list if device is None else
-                   [device] if isinstance(device, str) else list(device))
+                   _names(device, "device", self.device_list))
         for name in devices:
             self._check_device(name)
         metrics = ([*self.hw_metrics_surrogate, *self.hw_metrics_true] if metric is None else
-                   [metric] if isinstance(metric, str) else list(metric))
-        known = [*PER_DEVICE, *COMPUTED, *MEMORY, *ARCH_ONLY]
+                   _names(metric, "metric", known))
         unknown = [m for m in metrics if m not in known]
         if unknown:
             raise QueryError(f"unknown metrics {unknown}; HW-GPT-Bench's metrics: "

@@ -1,63 +1,26 @@
-"""Atomic file and directory writes, content hashing, torch files read as data only, YAML.
+"""Atomic file writes of text, JSON and tables, content hashing, files read as data only
+(JSON, parquet, torch), YAML.
 
-Every stage writes its outputs through these helpers: data goes to a temporary path in the
-same folder and is renamed into place only once complete, so a killed job never leaves a
-partial output that a later run (or Snakemake, or DVC) could mistake for a finished one.
+Every stage writes its outputs through these helpers, which write through
+:func:`~hwgptbench.outputs.atomic_path`: data goes to a temporary path in the same folder and
+is renamed into place only once complete, so a killed job never leaves a partial output that
+a later run (or Snakemake, or DVC) could mistake for a finished one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import UserError
+from .outputs import atomic_path
 
 if TYPE_CHECKING:
     import polars as pl
-
-_TMP_MARK = ".tmp-"
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-
-
-def _fsync_dir(path: Path) -> None:
-    """Flush a directory entry (the rename) to disk where the OS allows it."""
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-@contextlib.contextmanager
-def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary file path beside ``dest``; rename it onto ``dest`` on success.
-
-    On any exception the temporary file is removed and ``dest`` is left untouched.
-    """
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}{_TMP_MARK}", dir=dest.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        yield tmp
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give ordinary permissions
-        os.replace(tmp, dest)
-        _fsync_dir(dest.parent)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def atomic_write_bytes(dest: str | os.PathLike[str], data: bytes) -> None:
@@ -79,84 +42,6 @@ def canonical_json(obj: Any) -> str:
 def atomic_write_json(dest: str | os.PathLike[str], obj: Any) -> None:
     """Write ``obj`` as canonical JSON to ``dest`` atomically."""
     atomic_write_text(dest, canonical_json(obj))
-
-
-@contextlib.contextmanager
-def atomic_dir(dest: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield an empty staging directory beside ``dest``; swap it in as ``dest`` on success.
-
-    A previous ``dest`` is replaced only after the new one is complete. On any exception the
-    staging directory is deleted and a previous ``dest`` is left as it was. Staging
-    directories left by killed runs carry a ``.tmp-`` mark and are removed by
-    :func:`remove_stale_staging`.
-    """
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_staging(dest)
-    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}{_TMP_MARK}", dir=dest.parent))
-    try:
-        yield staging
-        os.chmod(staging, 0o777 & ~_UMASK)  # mkdtemp creates 0700
-        for path in staging.rglob("*"):
-            if path.is_file():
-                with open(path, "rb+") as handle:
-                    os.fsync(handle.fileno())
-        if dest.exists():
-            retired = Path(tempfile.mkdtemp(prefix=f".{dest.name}{_TMP_MARK}old-", dir=dest.parent))
-            os.replace(dest, retired / dest.name)
-            os.replace(staging, dest)
-            shutil.rmtree(retired, ignore_errors=True)
-        else:
-            os.replace(staging, dest)
-        _fsync_dir(dest.parent)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-
-
-class OutputPathError(UserError, ValueError):
-    """An output path that would overwrite what is not ours: a folder given for a file, the
-    working directory or one of its parents, or a folder of other files."""
-
-
-def check_output_file(path: str | os.PathLike[str], flag: str = "--out") -> Path:
-    """path as a file to write: refused when it is a folder."""
-    path = Path(path)
-    if path.is_dir():
-        raise OutputPathError(f"{flag} {path}: is a folder; name a file to write")
-    return path
-
-
-def check_output_dir(path: str | os.PathLike[str], marker: str, what: str,
-                     flag: str = "--out") -> Path:
-    """path as a folder that :func:`atomic_dir` may replace as a whole: new, empty, or holding
-    ``marker`` (the file an earlier output of this kind has: ``what``). The working directory
-    and its parents are refused, and so is a folder of anything else: nothing of the user's is
-    deleted."""
-    path = Path(path)
-    resolved, cwd = path.resolve(), Path.cwd().resolve()
-    if resolved == cwd or resolved in cwd.parents:
-        raise OutputPathError(f"{flag} {path}: is the working directory or one of its parents; "
-                              f"name a new folder for the {what}")
-    if path.exists() and not path.is_dir():
-        raise OutputPathError(f"{flag} {path}: is a file; name a new folder for the {what}")
-    if path.is_dir() and any(path.iterdir()) and not (path / marker).is_file():
-        raise OutputPathError(f"{flag} {path}: holds files that are not an earlier {what} (no "
-                              f"{marker}), and the folder would be replaced as a whole; name a "
-                              "new or empty folder, or move those files away first")
-    return path
-
-
-def remove_stale_staging(dest: str | os.PathLike[str]) -> None:
-    """Delete temporary files and directories that killed writes to ``dest`` left behind."""
-    dest = Path(dest)
-    if not dest.parent.exists():
-        return
-    for leftover in dest.parent.glob(f".{dest.name}{_TMP_MARK}*"):
-        if leftover.is_dir():
-            shutil.rmtree(leftover, ignore_errors=True)
-        else:
-            leftover.unlink(missing_ok=True)
 
 
 def write_parquet(table: pl.DataFrame, path: str | os.PathLike[str]) -> None:
@@ -201,6 +86,31 @@ def read_parquet(path: str | os.PathLike[str], fix: str,
     except (OSError, pl.exceptions.PolarsError) as err:
         raise CorruptFileError(f"{path} cannot be read as a parquet table ({first_line(err)}): "
                                f"{fix}") from None
+
+
+def read_outside_parquet(path: str | os.PathLike[str], fix: str) -> pl.DataFrame:
+    """The parquet table of a file from outside (given by a user, or to be shipped), read by
+    pyarrow's reader from the file's bytes and validated in full before polars holds it:
+    polars' own reader panics on some corrupt files and aborts the process on others (a data
+    page header asking for 2^61 bytes), and text that is not UTF-8 makes polars panic, where
+    pyarrow refuses them with an error. Anything but a regular file holding a valid parquet
+    table is :class:`CorruptFileError` naming the file and ``fix``."""
+    import polars as pl
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not Path(path).is_file():
+        raise CorruptFileError(f"{path} is not a regular file: {fix}")
+    try:
+        arrow = pq.read_table(pa.BufferReader(Path(path).read_bytes()))
+        arrow.validate(full=True)
+        table = pl.from_arrow(arrow)
+    except (OSError, ValueError, pa.ArrowException, pl.exceptions.PolarsError,
+            pl.exceptions.PanicException) as err:
+        raise CorruptFileError(f"{path} cannot be read as a parquet table ({first_line(err)}): "
+                               f"{fix}") from None
+    assert isinstance(table, pl.DataFrame)  # a pyarrow Table converts to a DataFrame
+    return table
 
 
 def sha256_file(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> str:

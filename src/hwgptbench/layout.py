@@ -14,13 +14,36 @@ import logging
 import re
 from pathlib import Path
 
+from .errors import UserError
+
 RESULTS = "results"
 # a device label: the pattern of params' measure.device (the schema); a table's file name
 # gives its label, and names the workflow's shell lines, so no other name is read as one
 DEVICE_LABEL = re.compile(r"[a-z0-9][a-z0-9-]*")
+# a scale: the pattern of the names of params' spaces (the schema)
+SCALE_NAME = re.compile(r"[A-Za-z0-9_]+")
+_NAMES = {DEVICE_LABEL: "a device label (lowercase letters, digits and -, not starting with -, "
+                        "as measure.device)",
+          SCALE_NAME: "a scale name (letters, digits and _, as the params' spaces)"}
 
 _log = logging.getLogger(__name__)
 _skipped: set[str] = set()  # files already named in a warning
+
+
+class LabelError(UserError, ValueError):
+    """A name that would become part of a path (a device label, a scale) is not one."""
+
+
+def check_label(value: object, what: str, pattern: re.Pattern[str] = DEVICE_LABEL) -> str:
+    """value, when it is a name of ``pattern`` (a device label; :data:`SCALE_NAME` for a
+    scale), so that it may become part of a path; else :class:`LabelError` naming value and
+    ``what`` (where it came from)."""
+    if isinstance(value, str) and pattern.fullmatch(value):
+        return value
+    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:80] + "..."
+    kind = _NAMES.get(pattern, f"a name matching {pattern.pattern}")
+    raise LabelError(f"{what}: {shown} is not {kind}, and only such a name becomes part of a "
+                     "path: rename it to one")
 
 
 # -- the data stage and the params the workflow mirrors ------------------------------------

@@ -6,7 +6,9 @@ says why it is null). :data:`METRICS` is the registry: the measure stage writes 
 columns (null with the reason where the device cannot measure it), the params schema accepts
 exactly these names wherever a hardware metric is named (``surrogate.metrics``,
 ``transfer.metrics``, ``search.objective_sets``), the surrogates stage reads a null metric's
-reason from its reason column, and figures and tables label it from here.
+reason from its reason column, and figures and tables label it from here. The physical range
+of a measured value is its unit's (:data:`UNIT_BOUNDS`, :attr:`Metric.bounds`): the tables
+read from outside (``hwgptbench adapt``, ``ship-tables``) are checked against it.
 
 The built-in metrics are measured by :mod:`hwgptbench.meters.runner` itself (latency, energy,
 memory). A further metric names its meter (``measure``): a function called on each built model
@@ -41,6 +43,22 @@ class MetricError(UserError, ValueError):
 
 
 @dataclass(frozen=True)
+class Bounds:
+    """The physical range of one measured value of a unit: what a device can measure."""
+
+    low: float
+    high: float
+    words: str  # the range in words, as a refusal quotes it
+
+
+# the bounds of each unit of a measured value: a forward pass takes 1 µs to 1 h and draws
+# 1 µJ to 10 kW for that hour, its memory is 1 kB to 100 TB
+UNIT_BOUNDS = {"ms": Bounds(1e-3, 3.6e6, "1 µs to 1 h per forward"),
+               "mJ": Bounds(1e-3, 3.6e10, "1 µJ to 10 kW for 1 h"),
+               "MB": Bounds(1e-3, 1e8, "1 kB to 100 TB")}
+
+
+@dataclass(frozen=True)
 class Metric:
     """A hardware metric of the measurement table."""
 
@@ -53,6 +71,12 @@ class Metric:
     columns: Mapping[str, str] = field(default_factory=dict)
     # None: measured by meters.runner itself; else a Meter or its "module:function"
     measure: Meter | str | None = None
+
+    @property
+    def bounds(self) -> Bounds | None:
+        """The range of a measured value of the metric (its unit's), or None for a unit of no
+        known range."""
+        return UNIT_BOUNDS.get(self.unit)
 
     def meter(self) -> Meter | None:
         """The meter function of a further metric (imported on first use), or None."""
@@ -97,6 +121,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
 # labels of table columns that are not hardware metrics
 OTHER_LABELS = {PERPLEXITY: "validation perplexity", "memory_weights_mb": "weight memory (MB)",
                 "params": "parameters", "flops": "FLOPs"}
+# units of the measured columns that are not hardware metrics
+OTHER_UNITS = {"memory_weights_mb": "MB"}
 
 
 def hardware_metrics() -> list[str]:
@@ -128,6 +154,13 @@ def registered(metric: Metric) -> Iterator[Metric]:
         yield metric
     finally:
         del METRICS[metric.name]
+
+
+def measured_bounds() -> dict[str, Bounds]:
+    """The range of each measured column of a unit of known range: every metric's and the
+    other measured columns' (:data:`OTHER_UNITS`), by column."""
+    units = {metric.name: metric.unit for metric in METRICS.values()} | OTHER_UNITS
+    return {column: UNIT_BOUNDS[unit] for column, unit in units.items() if unit in UNIT_BOUNDS}
 
 
 def label(column: str) -> str | None:

@@ -7,6 +7,7 @@ runs alone, so a bad value is rejected the same way everywhere, before anything 
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import math
 import os
@@ -81,13 +82,18 @@ def _allowed(subschema: dict[str, Any]) -> str:
     return text
 
 
+def _extra_keys(error: jsonschema.ValidationError) -> list[Any]:
+    """The keys an ``additionalProperties`` error refuses, in a stable order."""
+    allowed = error.schema.get("properties", {})
+    return sorted(set(error.instance) - set(allowed), key=repr)  # keys of any type
+
+
 def _describe(error: jsonschema.ValidationError) -> str:
     """One line naming the field, the problem and what is allowed."""
     field = _field(error.absolute_path)
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
-        extra = sorted(set(error.instance) - set(allowed), key=repr)  # keys of any type
-        return (f"{field}: unknown key(s) {', '.join(map(repr, extra))}; "
+        return (f"{field}: unknown key(s) {', '.join(map(repr, _extra_keys(error)))}; "
                 f"allowed keys: {', '.join(allowed)}")
     if error.validator == "required":
         missing = error.message.split("'")[1]
@@ -96,11 +102,53 @@ def _describe(error: jsonschema.ValidationError) -> str:
     return f"{field}: {error.instance!r} is not allowed; allowed: {_allowed(error.schema)}"
 
 
-def validate(doc: Any, sections: list[str] | None = None, source: str = "params") -> dict[str, Any]:
+def _blamed_path(error: jsonschema.ValidationError) -> list[Any]:
+    """Where the value an error refuses sits: an unknown key's own path, a missing key's
+    path (which no file holds), else the field's."""
+    path = list(error.absolute_path)
+    if error.validator == "additionalProperties":
+        return [*path, *_extra_keys(error)[:1]]
+    if error.validator == "required":
+        return [*path, error.message.split("'")[1]]
+    return path
+
+
+# (file name, its document) of each params file merged, in merge order (:func:`merge_files`)
+Sources = Sequence[tuple[str, Any]]
+
+
+def _holds(document: Any, path: Sequence[Any]) -> bool:
+    """Whether ``document`` has a value at ``path`` (mapping keys and list indices)."""
+    node = document
+    for key in path:
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+            node = node[key]
+        else:
+            return False
+    return True
+
+
+def _origin(path: Sequence[Any], sources: Sources) -> str | None:
+    """The file the merged value at ``path`` came from: the last one that sets it (mappings
+    merge key by key, anything else the last file replaces); None when none sets it."""
+    return next((name for name, document in reversed(sources) if _holds(document, path)), None)
+
+
+def _blamed(problem: str, path: Sequence[Any], sources: Sources) -> str:
+    """``problem`` prefixed by the file that set the value, when several files were merged."""
+    origin = _origin(path, sources) if len(sources) > 1 else None
+    return f"{origin}: {problem}" if origin else problem
+
+
+def validate(doc: Any, sections: list[str] | None = None, source: str = "params",
+             sources: Sources = ()) -> dict[str, Any]:
     """Validate a params document; return it unchanged or raise one :class:`ParamsError`.
 
     ``sections`` restricts the required top-level sections (a stage that is given only its own
-    sections, e.g. a `results/.params/data.json` file, validates just those).
+    sections, e.g. a `results/.params/data.json` file, validates just those). ``sources``, the
+    files ``doc`` was merged from (:func:`merge_files`), name the file behind each bad value.
     """
     full = schema()
     if sections is not None:  # a stage given the entry files it reads has only those entries
@@ -113,7 +161,9 @@ def validate(doc: Any, sections: list[str] | None = None, source: str = "params"
                         key=lambda e: [str(p) for p in e.absolute_path])
     except RecursionError:
         raise ParamsError(f"invalid {source}: it nests deeper than any params document") from None
-    problems = ([_describe(e) for e in errors] + _non_finite(doc)) or _cross_field_problems(doc)
+    found = [(_blamed_path(e), _describe(e)) for e in errors] + _non_finite(doc)
+    problems = ([_blamed(problem, path, sources) for path, problem in found]
+                or _cross_field_problems(doc))
     if problems:
         lines = "\n".join(f"  - {problem}" for problem in problems)
         raise ParamsError(f"invalid {source}:\n{lines}\nFix these fields and run again; "
@@ -121,21 +171,21 @@ def validate(doc: Any, sections: list[str] | None = None, source: str = "params"
     return doc
 
 
-def _non_finite(doc: Any) -> list[str]:
-    """A line for each NaN or infinite number anywhere in doc: JSON-schema bounds are false for
-    NaN, so every bound would let it through."""
+def _non_finite(doc: Any) -> list[tuple[list[Any], str]]:
+    """The path and a line of each NaN or infinite number anywhere in doc: JSON-schema bounds
+    are false for NaN, so every bound would let it through."""
     problems = []
     stack: list[tuple[list[Any], Any]] = [([], doc)]
     while stack:  # iteratively: a document may nest deeper than the recursion limit
         path, node = stack.pop()
         if isinstance(node, float) and not math.isfinite(node):
-            problems.append(f"{_field(path)}: {node!r} is not allowed; allowed: a finite number "
-                            "(nan and inf are refused everywhere)")
+            problems.append((path, f"{_field(path)}: {node!r} is not allowed; allowed: a finite "
+                                   "number (nan and inf are refused everywhere)"))
         elif isinstance(node, dict):
             stack.extend(([*path, key], value) for key, value in node.items())
         elif isinstance(node, list):
             stack.extend(([*path, index], value) for index, value in enumerate(node))
-    return sorted(problems)
+    return sorted(problems, key=lambda problem: problem[1])
 
 
 def snapshot_problems(snapshots: Sequence[int], steps: int) -> list[str]:
@@ -323,38 +373,51 @@ def write_sections(params: dict[str, Any], folder: str | os.PathLike[str]) -> di
     return {name: folder / f"{name}.json" for name in documents}
 
 
-def merge_files(paths: list[str | os.PathLike[str]], sections: list[str]) -> dict[str, Any]:
-    """Load several (partial) params files, merge their top-level sections, validate them."""
-    merged: dict[str, Any] = {}
-    for path in paths:
-        for section, values in load(path, sections=[]).items():
-            if section in PER_ENTRY_SECTIONS:
-                merged.setdefault(section, {}).update(values)
-            else:
-                merged[section] = values
-    return validate(merged, sections=sections, source=", ".join(map(str, paths)))
-
-
-def overlay(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """base with over merged in as Snakemake merges a ``--configfile``: mappings key by key,
-    lists and values replaced; neither argument is changed."""
-    merged = dict(base)
+def overlay(base: Any, over: dict[str, Any]) -> Any:
+    """base with over merged in, as Snakemake merges a ``--configfile`` over the workflow's
+    ``configfile`` (``snakemake.utils.update_config``): a mapping merges key by key into a
+    mapping and replaces anything else (an empty one changes nothing), any other value
+    replaces; neither argument is changed."""
+    if not over:
+        return base
+    merged = dict(base) if isinstance(base, dict) else {}
     for key, value in over.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = overlay(merged[key], value)
-        else:
-            merged[key] = value
+        merged[key] = overlay(merged.get(key, {}), value) if isinstance(value, dict) else value
     return merged
+
+
+def merged(documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The first document with the others merged over it as Snakemake merges ``configfile:``
+    and ``--configfile`` files: the others merged together in order, then over the first."""
+    first, *others = documents
+    return overlay(first, functools.reduce(overlay, others, {}))
+
+
+def read_sources(paths: Sequence[str | os.PathLike[str]]) -> list[tuple[str, dict[str, Any]]]:
+    """(name, document) of each params file, not validated: each a mapping of sections."""
+    sources = []
+    for path in paths:
+        document = _read(path)
+        if not isinstance(document, dict):
+            raise ParamsError(f"{path}: not a mapping of params sections (e.g. `data: {{...}}`)")
+        sources.append((str(path), document))
+    return sources
+
+
+def merge_files(paths: Sequence[str | os.PathLike[str]], sections: list[str] | None = None
+                ) -> dict[str, Any]:
+    """Params files merged in order, each over the ones before by :func:`overlay` (the
+    configuration ``snakemake --configfile`` runs with for params.yaml and overlays, or the
+    union of the section files under ``results/.params/``), then validated; a bad value is
+    named with the file that set it. ``sections``: the top-level sections required (None:
+    every one)."""
+    sources = read_sources(paths)
+    return validate(merged([document for _, document in sources]), sections=sections,
+                    source=" + ".join(name for name, _ in sources), sources=sources)
 
 
 def load_overlaid(path: str | os.PathLike[str],
                   overlays: Sequence[str | os.PathLike[str]] = ()) -> dict[str, Any]:
     """params.yaml with overlays (e.g. params/paper.yaml) merged over it in order, validated:
     the configuration ``snakemake --configfile OVERLAY`` runs with."""
-    merged: dict[str, Any] = {}
-    for source in (path, *overlays):
-        doc = _read(source)
-        if not isinstance(doc, dict):
-            raise ParamsError(f"{source}: not a mapping of params sections")
-        merged = overlay(merged, doc)
-    return validate(merged, source=" + ".join(map(str, [path, *overlays])))
+    return merge_files([path, *overlays])

@@ -32,11 +32,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import polars as pl
-
 from . import layout
 from .errors import UserError
-from .io import atomic_path, parse_yaml
+from .io import parse_yaml, read_parquet
+from .outputs import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -400,16 +399,20 @@ def publish_device(scale: str, label: str, results: str | Path = layout.RESULTS,
     """Publish the measurement table of one device: copy it to ``devices/{scale}/{label}.parquet``,
     version it with ``dvc add`` (a pointer file per device: machines never conflict in git) and
     ``dvc push`` it to ``remote`` (default: the default remote; :func:`remote_to_push`).
-    Returns the pointer file, which the caller commits to git."""
+    Returns the pointer file, which the caller commits to git. The scale and the label are
+    checked as names (:func:`layout.check_label`) before they become part of a path."""
+    scale = layout.check_label(scale, "the scale (--scale)", layout.SCALE_NAME)
+    label = layout.check_label(label, "the device label (--device)")
     source = Path(layout.device_table(scale, label, str(results)))
     push_to = remote_to_push(remote) if push else ""
     if not source.exists():
         raise FileNotFoundError(
             f"{source} not found: measure the device first (`snakemake {source}`, or `make run` "
             "with the device in workflow.devices)")
-    labels = set(pl.read_parquet(source, columns=["device"])["device"])
+    fix = f"measure the device again (`snakemake {source}`)"
+    labels = set(read_parquet(source, fix, columns=["device"])["device"])
     if labels != {label}:
-        raise UserError(f"{source} holds devices {sorted(labels)}, not only {label!r}")
+        raise UserError(f"{source} holds devices {sorted(labels, key=str)}, not only {label!r}")
     dest = Path(layout.published_table(scale, label, str(folder)))
     dest.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(dest) as tmp:

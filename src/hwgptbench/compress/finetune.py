@@ -16,9 +16,10 @@ from pathlib import Path
 import polars as pl
 import torch
 
-from ..io import atomic_path, canonical_json, load_torch, save_torch
+from ..io import canonical_json, load_torch, save_torch
 from ..model import GPT, SuperGPT
 from ..model.dense import load_dense
+from ..outputs import atomic_path
 from ..settings.build import as_params
 from ..settings.compress import ImportanceSettings
 from ..space import SearchSpace

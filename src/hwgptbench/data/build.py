@@ -13,7 +13,8 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import __version__
-from ..io import atomic_dir, canonical_json, sha256_file
+from ..io import canonical_json, sha256_file
+from ..outputs import replace_dir
 from ..settings.build import as_params, required
 from ..settings.sections import DataSettings
 from ..tokens.shards import FORMAT, MANIFEST, ShardWriter, token_dtype
@@ -71,7 +72,7 @@ def build(section: DataSettings, out_dir: str | os.PathLike[str]) -> dict[str, A
     eot_id = tokenizer.token_to_id(EOT_TOKEN)
     dtype = token_dtype(vocab_size)
 
-    with atomic_dir(out_dir) as staging:
+    with replace_dir(out_dir, "data") as staging:
         tokenizer.save(str(staging / TOKENIZER_FILE))
         splits: dict[str, dict[str, Any]] = {}
         for name, indices in split.items():

@@ -14,10 +14,11 @@ log = logging.getLogger("hwgptbench")
 
 def cmd_data(args: argparse.Namespace) -> None:
     """Tokenize the corpus into token shards."""
+    from ..outputs import check_output_dir
     from .build import build
 
     section = load_settings(args, DataSettings)
-    out = args.out or layout.data(section.name)
+    out = check_output_dir(args.out or layout.data(section.name), "data")
     manifest = build(section, out)
     log.info("wrote %s: %d train / %d val tokens", out, manifest["splits"]["train"]["tokens"],
              manifest["splits"]["val"]["tokens"])

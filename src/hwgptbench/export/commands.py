@@ -19,13 +19,12 @@ def cmd_export(args: argparse.Namespace) -> None:
     """Export one arch of a supernet (its sub-network) or a dense model file as model.pt2,
     model.onnx and a Hugging Face folder, each checked against the model's logits; manifest.json
     records the files, checks and formats skipped."""
-    from ..io import check_output_dir
+    from ..outputs import check_output_dir
     from ..space import Arch
-    from .manifest import FILE
     from .write import export_arch, load_source
 
     Arch.from_id(args.arch)  # bad input is refused before the checkpoint is read
-    check_output_dir(args.out, FILE, "export")
+    check_output_dir(args.out, "export")
     model, info = load_source(args.checkpoint, args.arch)
     source = {"name": args.source_name, **info} if args.source_name else info
     manifest = export_arch(model, args.out, args.formats, source, args.tokenizer)
@@ -38,7 +37,7 @@ def cmd_export(args: argparse.Namespace) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> None:
     """Evaluate an export folder: the offline cloze and perplexity tasks on the data stage's
     held-out split, and lm-eval's tasks with their data from the local Hugging Face cache."""
-    from ..io import check_output_file
+    from ..outputs import check_output_file
     from .evaluate import PERPLEXITY_KEYS, defaults, evaluate_export, overridden, write_results
 
     cloze = {key: getattr(args, f"cloze_{key}") for key in ("items", "context_len",
@@ -47,7 +46,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     settings = overridden(defaults(args.params),
                           {k: v for k, v in cloze.items() if v is not None},
                           {k: v for k, v in perplexity.items() if v is not None})
-    check_output_file(args.out)
+    check_output_file(args.out, "evaluate", (".json",))
     results = evaluate_export(args.model, args.data, args.format, args.tasks, settings,
                               args.batch_size, args.limit, args.num_fewshot)
     write_results(results, args.out)
@@ -63,11 +62,13 @@ def cmd_export_pareto(args: argparse.Namespace) -> None:
     import polars as pl
 
     from .. import params
+    from ..outputs import check_output_dir
     from ..settings.compress import CompressExport
     from ..settings.export import ExportSettings
     from ..tokens.tokenizer import TOKENIZER_FILE
     from .pareto import chosen_archs, export_archs
 
+    check_output_dir(args.out, "export-pareto")
     merged = params.merge_files(args.params or ["params.yaml"], ["export", "compress"])
     settings = ExportSettings.of(merged["export"])
     compress = CompressExport.of(merged["compress"], args.command)

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UserError
-from ..io import atomic_write_json
+from ..outputs import write_json_output
 from ..settings.build import as_params, build
 from ..settings.compress import ClozeSettings, EvaluateSettings
 from ..versions import library_versions
@@ -327,5 +327,6 @@ def evaluate_export(folder: str | Path, data_dir: str | Path, fmt: str | None = 
 
 
 def write_results(results: dict[str, Any], out: str | Path) -> None:
-    """The results as JSON at out, atomically."""
-    atomic_write_json(out, results)
+    """The results as JSON at out, atomically, marked as written by ``hwgptbench evaluate``
+    (docs/security.md: an output replaces only what the same command wrote)."""
+    write_json_output(results, out, "evaluate")

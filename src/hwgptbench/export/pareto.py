@@ -21,8 +21,9 @@ from typing import Any
 import polars as pl
 
 from ..errors import UserError
-from ..io import atomic_dir, check_output_dir, write_parquet
+from ..io import write_parquet
 from ..meters.prefill import prefill_ids
+from ..outputs import check_output_dir, replace_dir
 from ..settings.compress import TimingSettings
 from . import onnx_export
 from .write import export_arch, open_source
@@ -68,10 +69,10 @@ def export_archs(supernet: str | Path, archs: list[tuple[str, str]], out_dir: st
     index table ``out_dir/exports.parquet`` (one row per arch and format); out_dir is replaced
     as a whole. ``timing``: the compression's (``compress.timing``), for the ONNX Runtime vs
     eager comparison."""
-    check_output_dir(out_dir, INDEX, "export of archs")
+    check_output_dir(out_dir, "export-pareto")
     rows: list[dict[str, Any]] = []
     model_of, info = open_source(supernet)  # read and hashed once for every arch
-    with atomic_dir(out_dir) as staging:
+    with replace_dir(out_dir, "export-pareto") as staging:
         for arch_id, why in archs:
             model = model_of(arch_id)
             folder = staging / arch_id

@@ -14,8 +14,9 @@ import torch
 from torch.export import ExportedProgram
 
 from ..errors import UserError
-from ..io import atomic_dir, check_output_dir, first_line, load_torch, sha256_file
+from ..io import first_line, load_torch, sha256_file
 from ..model import GPT
+from ..outputs import check_output_dir, replace_dir
 from ..space import Arch
 from . import hf, manifest, onnx_export, pt2
 from .check import (
@@ -99,9 +100,10 @@ def export_arch(model: GPT, out_dir: str | Path, formats: Sequence[str] | None =
     it (e.g. the scale or compression name plus :func:`load_source`'s info). tokenizer_path:
     the data stage's ``tokenizer.json``, saved into the Hugging Face folder. out_dir is
     replaced as a whole once every format is written and checked: it must be new, empty or
-    an earlier export (its ``manifest.json``), never the working directory or a parent of it.
+    an earlier export (its output marker, docs/security.md), never the working directory or a
+    parent of it.
     """
-    check_output_dir(out_dir, manifest.FILE, "export")
+    check_output_dir(out_dir, "export")
     if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in model.parameters()):
         raise ValueError("export runs on the CPU in fp32: pass model.to('cpu', torch.float32)")
     model.eval()
@@ -116,7 +118,7 @@ def export_arch(model: GPT, out_dir: str | Path, formats: Sequence[str] | None =
         start = time.perf_counter()
         program = pt2.trace(model)
         trace_seconds = time.perf_counter() - start
-    with atomic_dir(out_dir) as staging:
+    with replace_dir(out_dir, "export") as staging:
         for fmt in todo:
             start = time.perf_counter()
             files = _write(fmt, staging, model, program, tokenizer_path)

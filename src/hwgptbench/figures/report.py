@@ -20,7 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from .. import layout
-from ..io import atomic_path
+from ..outputs import atomic_path
 from ..plotting.markdown import write_table
 from ..schema import fully_trained
 from . import benchmark, runtime, search, surrogate, tables, transfer

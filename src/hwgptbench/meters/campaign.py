@@ -8,11 +8,10 @@ tables; the transfer stage measures its few archs on a new device with it.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import math
 import os
-import shutil
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -24,8 +23,9 @@ import torch
 from tqdm import tqdm
 
 from ..errors import UserError
-from ..io import atomic_write_json, write_parquet
+from ..io import atomic_write_json, read_json, read_parquet, write_parquet
 from ..metrics import further_nulls, measurement_frame
+from ..outputs import make_own_dir, remove_own_dir
 from ..repeatability import REPEAT_MIN
 from ..settings.sections import MeasureSettings
 from ..space import Arch, SearchSpace
@@ -89,34 +89,84 @@ def device_label(section: MeasureSettings, threads: int) -> str:
                          section.aliases)
 
 
+class ResumeStateError(MeasurementError):
+    """A file of a shard's resume folder (``{out}.parts/``) that cannot be read back: the
+    message names it and how to restart."""
+
+
+RERUN = "rerun the same `hwgptbench measure` command"
+COMMAND = "measure"  # the command whose marker a shard's resume folder carries
+GROUP_COLUMNS = {"arch_id": pl.String, "status": pl.String, "latency_ms": pl.Float64,
+                 "latency_anchor_only": pl.Boolean}
+
+
 class ShardParts:
     """The resumable progress of one shard job: its group plans and a part file per measured
     group, in ``{out}.parts/``. The folder belongs to one set of inputs (settings, archs,
     device): a folder left by other inputs is discarded, so a restarted job measures only the
-    groups not yet written, with the settings they were planned with."""
+    groups not yet written, with the settings they were planned with. A file of the folder
+    that cannot be read back (not JSON or parquet, or not what this class writes) is refused
+    with :class:`ResumeStateError`, which says what to delete."""
 
     def __init__(self, root: str | os.PathLike[str], key: str) -> None:
-        self.root = Path(root)
+        self.root = make_own_dir(root, COMMAND)  # a path it did not make is refused
         stamp = self.root / "inputs.json"
-        if self.root.exists() and (not stamp.is_file()
-                                   or json.loads(stamp.read_text()).get("key") != key):
+        if stamp.is_file() and self._key(stamp) != key:
             log.warning("%s: left by other settings or archs; measuring the shard anew",
                         self.root)
-            shutil.rmtree(self.root)
+            remove_own_dir(self.root, COMMAND)
+            make_own_dir(self.root, COMMAND)
         if not stamp.is_file():
             atomic_write_json(stamp, {"key": key})
 
-    def plan(self, condition: Condition, make: Callable[[], GroupPlan]) -> GroupPlan:
-        """The condition's group plan: the one saved by an earlier run, else make() saved."""
+    def _damaged(self, path: Path, why: str) -> ResumeStateError:
+        """The error for a plan or stamp file (or the folder) that cannot be read back."""
+        return ResumeStateError(f"{path}: {why}; the resume state of this shard is damaged: "
+                                f"delete the folder {self.root} (the shard is measured anew) "
+                                f"and {RERUN}")
+
+    def _json(self, path: Path) -> Any:
+        """A JSON file of the folder."""
+        return read_json(path, f"delete the folder {self.root} (the shard is measured anew) "
+                               f"and {RERUN}")
+
+    def _key(self, stamp: Path) -> str | None:
+        """The inputs key the folder was written for (None: no stamp)."""
+        if not stamp.is_file():
+            return None
+        doc = self._json(stamp)
+        if not isinstance(doc, dict) or not isinstance(doc.get("key"), str):
+            raise self._damaged(stamp, "holds no inputs key")
+        return doc["key"]
+
+    def plan(self, condition: Condition, make: Callable[[], GroupPlan], n_archs: int
+             ) -> GroupPlan:
+        """The condition's group plan of the shard's ``n_archs`` archs: the one saved by an
+        earlier run, else make() saved."""
         path = self.root / f"{condition.id}.plan.json"
         if path.is_file():
-            doc = json.loads(path.read_text())
-            return GroupPlan(tuple(Group(tuple(g["members"]), tuple(g["anchors"]), g["bytes"],
-                                         g["over_budget"]) for g in doc["groups"]),
-                             doc["budget"], tuple(doc["anchors"]))
+            return self._saved_plan(path, n_archs)
         plan = make()
         atomic_write_json(path, {"budget": plan.budget, "anchors": list(plan.anchors),
                                  "groups": [asdict(g) for g in plan.groups]})
+        return plan
+
+    def _saved_plan(self, path: Path, n_archs: int) -> GroupPlan:
+        """A saved plan, checked: each arch a member of one group, every index an arch's."""
+        doc = self._json(path)
+        try:
+            plan = GroupPlan(tuple(Group(_indices(g["members"]), _indices(g["anchors"]),
+                                         _whole(g["bytes"]), _flag(g["over_budget"]))
+                                   for g in doc["groups"]),
+                             _whole(doc["budget"]), _indices(doc["anchors"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise self._damaged(path, f"is not a group plan ({type(err).__name__}: {err})"
+                                ) from None
+        members = sorted(i for g in plan.groups for i in g.members)
+        anchors = [*plan.anchors, *(i for g in plan.groups for i in g.anchors)]
+        if members != list(range(n_archs)) or any(i >= n_archs for i in anchors):
+            raise self._damaged(path, f"does not plan each of the shard's {n_archs} archs "
+                                      "once")
         return plan
 
     def part(self, condition: Condition, group: int) -> Path:
@@ -127,14 +177,52 @@ class ShardParts:
         """Store one group's rows (atomically)."""
         write_parquet(measurement_frame(rows), self.part(condition, group))
 
-    def rows(self, condition: Condition, group: int) -> list[dict[str, Any]] | None:
-        """One group's stored rows, or None when it was not measured yet."""
-        path = self.part(condition, group)
-        return pl.read_parquet(path).to_dicts() if path.is_file() else None
+    def rows(self, condition: Condition, index: int, group: Group, archs: Sequence[Arch]
+             ) -> list[dict[str, Any]] | None:
+        """The stored rows of group ``index`` (of ``archs``), or None when it was not measured
+        yet. Stored rows must be the group's: one per member, and anchors' timing rows."""
+        path = self.part(condition, index)
+        if not path.is_file():
+            return None
+        fix = f"delete {path} (its group is measured again) and {RERUN}"
+        table = read_parquet(path, fix)
+        missing = [c for c, dtype in GROUP_COLUMNS.items()
+                   if table.schema.get(c) not in (dtype, pl.Null)]
+        if missing:
+            raise ResumeStateError(f"{path}: not a group's rows (columns {', '.join(missing)} "
+                                   f"missing or of another type); {fix}")
+        own = table.filter(~pl.col("latency_anchor_only").fill_null(False))["arch_id"]
+        timing = set(table.filter(pl.col("latency_anchor_only"))["arch_id"])
+        if (Counter(own.to_list()) != Counter(archs[i].id for i in group.members)
+                or not timing <= {archs[i].id for i in group.anchors}):
+            raise ResumeStateError(f"{path}: its rows are not those of the group's "
+                                   f"{len(group.members)} archs; {fix}")
+        return table.to_dicts()
 
     def remove(self) -> None:
         """Delete the folder (once the shard's table is written)."""
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_own_dir(self.root, COMMAND)
+
+
+def _indices(values: Any) -> tuple[int, ...]:
+    """A plan's list of arch indices."""
+    if not isinstance(values, list):
+        raise TypeError(f"{values!r:.60} is not a list of arch indices")
+    return tuple(_whole(v) for v in values)
+
+
+def _whole(value: Any) -> int:
+    """A plan's count or index: a whole number, at least 0."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{value!r:.60} is not a whole number")
+    return value
+
+
+def _flag(value: Any) -> bool:
+    """A plan's boolean."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{value!r:.60} is not a boolean")
+    return value
 
 
 @dataclass
@@ -299,12 +387,12 @@ def measure_rows(section: MeasureSettings, space: SearchSpace, archs: Sequence[A
             log.info("energy not measured: %s", meter.reason)
         campaign = _Campaign(section, space, archs, vocab_size, device, meter, settings)
         for condition in conditions(section, space, device):
-            plan = (parts.plan(condition, functools.partial(campaign.plan, condition)) if parts
-                    else campaign.plan(condition))
+            plan = (parts.plan(condition, functools.partial(campaign.plan, condition), len(archs))
+                    if parts else campaign.plan(condition))
             groups = []
             for g, group in enumerate(tqdm(plan.groups, desc=f"{desc} {condition.id}",
                                            unit="group", disable=len(plan.groups) == 1)):
-                stored = parts.rows(condition, g) if parts else None
+                stored = parts.rows(condition, g, group, archs) if parts else None
                 if stored is None:
                     stored = campaign.measure_group(condition, group, g)
                     if parts:

@@ -34,16 +34,25 @@ logits, but the two no longer stay equal under fine-tuning.
 
 Accepted are ``model_type`` ``llama`` and ``mistral`` (the same modules; Mistral's
 ``sliding_window`` only when it is unset or covers ``block_size``, where it masks nothing).
-Rejected, with a ValueError naming the config field, is everything that would change the math
-of the fixed GPT: another ``model_type``; rope scaling (``rope_parameters``/``rope_scaling``
-with a ``rope_type`` other than ``default``: linear, dynamic, yarn, llama3, ... rescale the
-rotary frequencies or the attention), per-layer rope parameters or a ``partial_rotary_factor``
-other than 1; ``attention_bias`` or ``mlp_bias`` (the llama GPT has no biases); ``hidden_act``
-other than SiLU (the SwiGLU MLP is fixed); an ``intermediate_size`` no ratio of
-``hidden_size`` reproduces; ``num_attention_heads`` not a multiple of ``num_key_value_heads``;
-and weights whose shapes disagree with the config (e.g. ``head_dim`` inconsistent with q_proj).
+Rejected, with a :class:`CheckpointError` (a ValueError) naming the config field, is everything
+that would change the math of the fixed GPT: another ``model_type``; rope scaling
+(``rope_parameters``/``rope_scaling`` with a ``rope_type`` other than ``default``: linear,
+dynamic, yarn, llama3, ... rescale the rotary frequencies or the attention), per-layer rope
+parameters or a ``partial_rotary_factor`` other than 1; ``attention_bias`` or ``mlp_bias``
+(the llama GPT has no biases); ``hidden_act`` other than SiLU (the SwiGLU MLP is fixed); an
+``intermediate_size`` no ratio of ``hidden_size`` reproduces; ``num_attention_heads`` not a
+multiple of ``num_key_value_heads``; and weights whose shapes disagree with the config (e.g.
+``head_dim`` inconsistent with q_proj).
 ``pretraining_tp`` (sliced matmuls of the same product) and dropout (off at inference) do not
 change the function and are ignored.
+
+Before transformers reads the folder, its files are checked (:class:`CheckpointError`, naming
+the file): config.json a JSON object with a supported ``model_type`` and every dim the import
+reads (a dim left out would take transformers' default, a 7B-parameter model); the weights
+``model.safetensors``, or the files ``model.safetensors.index.json`` names, each a readable
+safetensors file, holding at least as many numbers as the config's model has (so a config
+never makes transformers build a model larger than its weights); pickled
+``pytorch_model.bin`` weights only with ``allow_pickle``.
 """
 
 from __future__ import annotations
@@ -58,6 +67,7 @@ import torch
 from torch import Tensor
 
 from ..errors import UserError
+from ..io import first_line, read_json
 from ..space import Arch
 from . import GPT, GPTConfig
 
@@ -66,6 +76,24 @@ log = logging.getLogger(__name__)
 SUPPORTED_MODEL_TYPES = ("llama", "mistral")
 _SILU = ("silu", "swish")
 _INSTALL_HINT = "pip install 'hwgptbench[hf]'"
+CONFIG = "config.json"
+SAFETENSORS = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+PICKLED = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+# the dims of config.json that every import reads, positive whole numbers: one left out would
+# take transformers' default (LlamaConfig's: a 7B-parameter model, built before any weight
+# is read)
+CONFIG_DIMS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+               "vocab_size", "max_position_embeddings")
+OPTIONAL_DIMS = ("num_key_value_heads", "head_dim")
+FOLDER_FIX = ("give compress.checkpoint a folder as transformers' save_pretrained writes it: "
+              "config.json and safetensors weights (docs/compress.md)")
+
+
+class CheckpointError(UserError, ValueError):
+    """A Hugging Face checkpoint folder that cannot be imported: not a folder, a config.json
+    that is not JSON or lacks a field, weight files other than the ones the loader reads, a
+    corrupt safetensors file, or a model whose math the GPT does not reproduce."""
 
 
 def _transformers() -> Any:
@@ -79,8 +107,49 @@ def _transformers() -> Any:
 
 
 def _load_config(path: str | Path) -> Any:
+    """The transformers config of a checkpoint folder whose config.json passed
+    :func:`_check_config_file`."""
     transformers = _transformers()
-    return transformers.AutoConfig.from_pretrained(str(path), local_files_only=True)
+    _check_config_file(Path(path))
+    try:
+        return transformers.AutoConfig.from_pretrained(str(path), local_files_only=True)
+    except Exception as err:  # its parsing of a given file raises errors of many types
+        raise CheckpointError(f"{Path(path) / CONFIG}: transformers cannot read it "
+                              f"({first_line(err)}); {FOLDER_FIX}") from None
+
+
+def _positive_whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _check_config_file(path: Path) -> dict[str, Any]:
+    """config.json of the checkpoint folder ``path``: a JSON object naming a supported
+    model_type, with the dims of :data:`CONFIG_DIMS` (and those of :data:`OPTIONAL_DIMS` it
+    sets) positive whole numbers and a positive rms_norm_eps."""
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: not a folder; {FOLDER_FIX}")
+    file = path / CONFIG
+    if not file.is_file():
+        raise CheckpointError(f"{path}: no {CONFIG}; {FOLDER_FIX}")
+    doc = read_json(file, FOLDER_FIX)
+    if not isinstance(doc, dict):
+        raise CheckpointError(f"{file}: not a JSON object; {FOLDER_FIX}")
+    model_type = doc.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise CheckpointError(f"{file}: model_type {model_type!r} (architectures "
+                              f"{doc.get('architectures')!r:.80}) is not a LLaMA-family causal "
+                              f"LM; supported model_type: {list(SUPPORTED_MODEL_TYPES)}")
+    for field in CONFIG_DIMS + tuple(f for f in OPTIONAL_DIMS if doc.get(f) is not None):
+        if field not in doc:
+            raise CheckpointError(f"{file}: no {field} (a positive whole number); {FOLDER_FIX}")
+        if not _positive_whole(doc[field]):
+            raise CheckpointError(f"{file}: {field} is {doc[field]!r:.40}, not a positive whole "
+                                  f"number; {FOLDER_FIX}")
+    eps = doc.get("rms_norm_eps")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < math.inf:
+        raise CheckpointError(f"{file}: rms_norm_eps is {eps!r:.40}, not a positive number; "
+                              f"{FOLDER_FIX}")
+    return doc
 
 
 def _where(config: Any) -> str:
@@ -88,7 +157,7 @@ def _where(config: Any) -> str:
 
 
 def _rope_theta(config: Any) -> float:
-    """The rotary base; ValueError when the rope is not the default (unscaled) one.
+    """The rotary base; CheckpointError when the rope is not the default (unscaled) one.
 
     transformers 5 keeps the rope in ``config.rope_parameters`` ({'rope_theta', 'rope_type',
     ...}); older versions in ``config.rope_theta`` and ``config.rope_scaling`` (None or a dict
@@ -99,8 +168,8 @@ def _rope_theta(config: Any) -> float:
     if params is not None:
         field = "rope_parameters"
         if not isinstance(params, dict) or any(isinstance(v, dict) for v in params.values()):
-            raise ValueError(f"{where}: rope_parameters {params!r}: per-layer rope parameters "
-                             "are not supported (the GPT has one rotary table)")
+            raise CheckpointError(f"{where}: rope_parameters {params!r}: per-layer rope parameters "
+                                  "are not supported (the GPT has one rotary table)")
         theta = params.get("rope_theta", getattr(config, "rope_theta", None))
         scaling = params
     else:
@@ -109,17 +178,17 @@ def _rope_theta(config: Any) -> float:
         scaling = getattr(config, "rope_scaling", None) or {}
     rope_type = scaling.get("rope_type", scaling.get("type", "default")) or "default"
     if rope_type != "default":
-        raise ValueError(f"{where}: {field} {scaling!r}: rope_type {rope_type!r} rescales the "
-                         "rotary embedding; only the default (unscaled) rope is supported")
+        raise CheckpointError(f"{where}: {field} {scaling!r}: rope_type {rope_type!r} rescales the "
+                              "rotary embedding; only the default (unscaled) rope is supported")
     partial = scaling.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
     if partial is not None and float(partial) != 1.0:
-        raise ValueError(f"{where}: partial_rotary_factor {partial!r}: only rotary over the "
-                         "whole head (1.0) is supported")
+        raise CheckpointError(f"{where}: partial_rotary_factor {partial!r}: only rotary over the "
+                              "whole head (1.0) is supported")
     if theta is None:
-        raise ValueError(f"{where}: {field}: no rope_theta")
+        raise CheckpointError(f"{where}: {field}: no rope_theta")
     theta = float(theta)
     if not theta > 0:
-        raise ValueError(f"{where}: rope_theta {theta!r} is not positive")
+        raise CheckpointError(f"{where}: rope_theta {theta!r} is not positive")
     return theta
 
 
@@ -131,34 +200,49 @@ def mlp_ratio_for(intermediate_size: int, hidden_size: int) -> int | float:
         if int(ratio * hidden_size) == intermediate_size:
             return int(ratio) if ratio.is_integer() else ratio
         ratio = math.nextafter(ratio, math.inf)
-    raise ValueError(f"intermediate_size {intermediate_size}: no MLP ratio r of hidden_size "
-                     f"{hidden_size} gives int(r * hidden_size) == intermediate_size")
+    raise CheckpointError(f"intermediate_size {intermediate_size}: no MLP ratio r of hidden_size "
+                          f"{hidden_size} gives int(r * hidden_size) == intermediate_size")
 
 
 def _check_config(config: Any) -> dict[str, Any]:
-    """Validate a transformers config for import; its dims in the project's names."""
+    """Validate a transformers config for import; its dims in the project's names. A field of
+    another type than the import reads (a rope_theta that is no number) is a CheckpointError
+    too."""
+    try:
+        return _summary(config)
+    except CheckpointError:
+        raise
+    except (TypeError, ValueError, AttributeError) as err:
+        raise CheckpointError(f"{_where(config)}: {first_line(err)}; {FOLDER_FIX}") from None
+
+
+def _summary(config: Any) -> dict[str, Any]:
+    """The dims of a transformers config in the project's names, or CheckpointError naming
+    the field that the fixed GPT does not reproduce."""
     where = _where(config)
     model_type = getattr(config, "model_type", None)
     if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(f"{where}: model_type {model_type!r} (architectures "
-                         f"{getattr(config, 'architectures', None)}) is not a LLaMA-family causal "
-                         f"LM; supported model_type: {list(SUPPORTED_MODEL_TYPES)}")
+        raise CheckpointError(f"{where}: model_type {model_type!r} (architectures "
+                              f"{getattr(config, 'architectures', None)}) is not a "
+                              f"LLaMA-family causal LM; supported model_type: "
+                              f"{list(SUPPORTED_MODEL_TYPES)}")
     for field in ("attention_bias", "mlp_bias"):
         if getattr(config, field, False):
-            raise ValueError(f"{where}: {field} is true; the llama GPT has no biases")
+            raise CheckpointError(f"{where}: {field} is true; the llama GPT has no biases")
     act = getattr(config, "hidden_act", "silu")
     if act not in _SILU:
-        raise ValueError(f"{where}: hidden_act {act!r}: the llama GPT's gated MLP uses SiLU "
-                         "(SwiGLU)")
+        raise CheckpointError(f"{where}: hidden_act {act!r}: the llama GPT's gated MLP uses SiLU "
+                              "(SwiGLU)")
     hidden, n_layer = int(config.hidden_size), int(config.num_hidden_layers)
     heads = int(config.num_attention_heads)
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
     if heads % kv_heads:
-        raise ValueError(f"{where}: num_attention_heads {heads} is not a multiple of "
-                         f"num_key_value_heads {kv_heads}")
+        raise CheckpointError(f"{where}: num_attention_heads {heads} is not a multiple of "
+                              f"num_key_value_heads {kv_heads}")
     head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
     if head_dim % 2:
-        raise ValueError(f"{where}: head_dim {head_dim} is odd; rotary needs an even head size")
+        raise CheckpointError(f"{where}: head_dim {head_dim} is odd; rotary needs an even "
+                              "head size")
     intermediate = int(config.intermediate_size)
     ratio = mlp_ratio_for(intermediate, hidden)
     theta = _rope_theta(config)
@@ -191,7 +275,7 @@ def hf_config_summary(path: str | Path) -> dict[str, Any]:
     every query head has its own), ``head_size``, ``mlp_hidden`` (intermediate_size),
     ``mlp_ratio``, ``vocab_size``, ``max_position_embeddings``, ``rope_base`` (rope_theta),
     ``norm_eps`` (rms_norm_eps), plus ``model_type``, ``tie_word_embeddings`` and
-    ``sliding_window`` (Mistral's, else None). Raises ValueError for a checkpoint
+    ``sliding_window`` (Mistral's, else None). Raises CheckpointError for a checkpoint
     :func:`load_hf_llama` rejects (the sliding window is checked against block_size only there).
     """
     return _check_config(_load_config(path))
@@ -212,7 +296,7 @@ def _state_dict_from_hf(hf: dict[str, Tensor], n_layer: int,
     """The GPT state dict of a Hugging Face LlamaForCausalLM state dict."""
     def take(key: str) -> Tensor:
         if key not in hf:
-            raise ValueError(f"Hugging Face checkpoint: weight {key!r} is missing")
+            raise CheckpointError(f"Hugging Face checkpoint: weight {key!r} is missing")
         return hf[key]
 
     out = {"wte.weight": take("model.embed_tokens.weight")}
@@ -238,19 +322,86 @@ def dtype_kwarg(transformers: Any) -> str:
     return "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
 
 
-class PickledWeightsError(UserError, ValueError):
+class PickledWeightsError(CheckpointError):
     """A checkpoint holds its weights only as pickles, which loading would execute."""
 
 
-def _check_weight_format(path: Path, allow_pickle: bool) -> None:
-    """Refuse a checkpoint without safetensors weights unless pickles are allowed."""
-    if allow_pickle or any(path.glob("*.safetensors")):
+def _weight_files(path: Path, allow_pickle: bool) -> list[Path]:
+    """The safetensors files the loader reads from the checkpoint folder: model.safetensors,
+    else the files its index names; none for pickled weights, which only ``allow_pickle``
+    accepts. Other file sets are refused, naming the weight files found."""
+    if (path / SAFETENSORS).is_file():
+        return [path / SAFETENSORS]
+    if (path / SAFETENSORS_INDEX).is_file():
+        return _indexed_files(path / SAFETENSORS_INDEX)
+    pickled = any((path / name).is_file() for name in PICKLED)
+    if pickled and allow_pickle:
+        return []
+    found = sorted(p.name for p in path.iterdir()
+                   if p.name.endswith((".bin", ".safetensors"))) or ["no weight file"]
+    where = (f"{path}: no .safetensors weights (found {', '.join(found)}); the weights are read "
+             f"from {SAFETENSORS} or the files {SAFETENSORS_INDEX} names")
+    if pickled:
+        raise PickledWeightsError(
+            f"{where}; a pickled .bin file runs code when loaded (docs/security.md). Convert "
+            "the checkpoint to safetensors, or, for a checkpoint you trust, set "
+            "compress.allow_pickle_weights: true")
+    raise CheckpointError(f"{where}; {FOLDER_FIX}")
+
+
+def _indexed_files(index: Path) -> list[Path]:
+    """The safetensors files a sharded checkpoint's index names: each a file of the folder."""
+    doc = read_json(index, FOLDER_FIX)
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index}: no weight_map of weight names to files; {FOLDER_FIX}")
+    files = []
+    for name in sorted(set(map(str, weight_map.values()))):
+        file = index.parent / name
+        if Path(name).name != name or not name.endswith(".safetensors") or not file.is_file():
+            raise CheckpointError(f"{index}: names {name!r:.80}, not a .safetensors file of the "
+                                  f"folder; {FOLDER_FIX}")
+        files.append(file)
+    return files
+
+
+def _stored_parameters(files: list[Path]) -> int:
+    """How many numbers the safetensors files hold (their headers read and checked: the
+    offsets of every tensor cover the file exactly)."""
+    from safetensors import SafetensorError, safe_open
+
+    total = 0
+    for file in files:
+        try:
+            with safe_open(file, framework="pt") as handle:
+                total += sum(math.prod(handle.get_slice(key).get_shape())
+                             for key in handle.keys())
+        except (SafetensorError, OSError, ValueError) as err:
+            raise CheckpointError(f"{file}: not a safetensors file ({first_line(err)}); "
+                                  f"{FOLDER_FIX}") from None
+    return total
+
+
+def _config_parameters(summary: dict[str, Any]) -> int:
+    """How many numbers the model that a config summary describes has."""
+    hidden, heads, kv = summary["embed_dim"], summary["n_head"], summary["kv_heads"]
+    attention = 2 * hidden * heads * summary["head_size"] + 2 * hidden * kv * summary["head_size"]
+    layer = attention + 3 * hidden * summary["mlp_hidden"] + 2 * hidden
+    embeddings = summary["vocab_size"] * hidden * (1 if summary["tie_word_embeddings"] else 2)
+    return summary["n_layer"] * layer + embeddings + hidden
+
+
+def _check_weights(path: Path, summary: dict[str, Any], allow_pickle: bool) -> None:
+    """The weight files are those the loader reads and hold the model the config describes:
+    a config larger than its weights is refused before the model is built."""
+    files = _weight_files(path, allow_pickle)
+    if not files:
         return
-    pickled = sorted(p.name for p in path.glob("*.bin")) or ["no weight file"]
-    raise PickledWeightsError(
-        f"{path}: no .safetensors weights (found {', '.join(pickled)}); a pickled .bin file "
-        "runs code when loaded (docs/security.md). Convert the checkpoint to safetensors, or, "
-        "for a checkpoint you trust, set compress.allow_pickle_weights: true")
+    stored, described = _stored_parameters(files), _config_parameters(summary)
+    if described > stored:
+        raise CheckpointError(f"{path / CONFIG}: describes a model of {described:,} parameters, "
+                              f"but the weights hold {stored:,} numbers; the config and weights "
+                              f"are not of one model; {FOLDER_FIX}")
 
 
 @torch.no_grad()
@@ -262,34 +413,39 @@ def load_hf_llama(path: str | Path, *, block_size: int | None = None,
     is refused with :class:`PickledWeightsError` unless ``allow_pickle``.
 
     block_size defaults to the checkpoint's max_position_embeddings (large for recent models:
-    the rotary tables and a default KV cache scale with it). Raises ValueError for a checkpoint
-    whose math the GPT does not reproduce (module docstring), ImportError without transformers.
+    the rotary tables and a default KV cache scale with it). Raises CheckpointError for a
+    folder whose files are not a checkpoint's or whose math the GPT does not reproduce (module
+    docstring), ImportError without transformers.
     """
     transformers = _transformers()
     config = _load_config(path)
     summary = _check_config(config)
-    _check_weight_format(Path(path), allow_pickle)
+    _check_weights(Path(path), summary, allow_pickle)
     gpt_config = gpt_config_from_hf(summary, block_size)
     window = summary["sliding_window"]
     if window is not None and gpt_config.block_size > window:
-        raise ValueError(f"{_where(config)}: sliding_window {window} < block_size "
-                         f"{gpt_config.block_size}: sliding-window attention is not supported; "
-                         f"pass block_size <= {window}")
+        raise CheckpointError(f"{_where(config)}: sliding_window {window} < block_size "
+                              f"{gpt_config.block_size}: sliding-window attention is not "
+                              f"supported; pass block_size <= {window}")
     if gpt_config.block_size > summary["max_position_embeddings"]:
         log.warning("block_size %d exceeds the checkpoint's max_position_embeddings %d",
                     gpt_config.block_size, summary["max_position_embeddings"])
-    hf_model, info = transformers.AutoModelForCausalLM.from_pretrained(
-        str(path), config=config, local_files_only=True, output_loading_info=True,
-        use_safetensors=None if allow_pickle else True,
-        **{dtype_kwarg(transformers): torch.float32})
+    try:
+        hf_model, info = transformers.AutoModelForCausalLM.from_pretrained(
+            str(path), config=config, local_files_only=True, output_loading_info=True,
+            use_safetensors=None if allow_pickle else True,
+            **{dtype_kwarg(transformers): torch.float32})
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        raise CheckpointError(f"{path}: transformers cannot load its weights "
+                              f"({first_line(err)}); {FOLDER_FIX}") from None
     try:
         name = type(hf_model).__name__
         if name not in ("LlamaForCausalLM", "MistralForCausalLM"):
-            raise ValueError(f"{path}: loaded {name}, not LlamaForCausalLM/MistralForCausalLM")
+            raise CheckpointError(f"{path}: loaded {name}, not LlamaForCausalLM/MistralForCausalLM")
         missing = list(info.get("missing_keys") or [])
         if missing:
-            raise ValueError(f"{path}: checkpoint lacks weights {sorted(missing)[:8]} (would be "
-                             "randomly initialized)")
+            raise CheckpointError(f"{path}: checkpoint lacks weights {sorted(missing)[:8]} "
+                                  "(would be randomly initialized)")
         hf_state = hf_model.state_dict()
         state = _state_dict_from_hf(hf_state, summary["n_layer"], summary["tie_word_embeddings"])
     finally:
@@ -299,13 +455,13 @@ def load_hf_llama(path: str | Path, *, block_size: int | None = None,
     expected = model.state_dict()
     unknown = sorted(set(state) ^ set(expected))
     if unknown:
-        raise ValueError(f"{path}: GPT and checkpoint keys differ: {unknown[:8]}")
+        raise CheckpointError(f"{path}: GPT and checkpoint keys differ: {unknown[:8]}")
     for key, tensor in state.items():
         if tensor.shape != expected[key].shape:
-            raise ValueError(f"{path}: {key} has shape {tuple(tensor.shape)} in the checkpoint, "
-                             f"{tuple(expected[key].shape)} from its config (hidden_size, "
-                             "num_attention_heads, num_key_value_heads, head_dim, "
-                             "intermediate_size, vocab_size)")
+            raise CheckpointError(f"{path}: {key} has shape {tuple(tensor.shape)} in the "
+                                  f"checkpoint, {tuple(expected[key].shape)} from its config "
+                                  "(hidden_size, num_attention_heads, num_key_value_heads, "
+                                  "head_dim, intermediate_size, vocab_size)")
     model.load_state_dict(state)  # copies, so the GPT shares no storage with the HF tensors
     del state, hf_state
     gc.collect()

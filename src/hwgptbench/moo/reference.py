@@ -22,7 +22,8 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from ..io import atomic_dir, canonical_json
+from ..io import canonical_json
+from ..outputs import replace_dir
 from ..space import Arch
 from .hypervolume import hypervolume, hypervolume_trace, pareto_mask
 from .problem import BATCH, Objectives
@@ -134,8 +135,9 @@ def scores(reference: Reference, values: np.ndarray, full: np.ndarray
 def save_reference(reference: Reference, front: pl.DataFrame,
                    folder: str | os.PathLike[str]) -> None:
     """Atomically write reference.json and front.parquet (the table of
-    :func:`compute_reference`) into folder."""
-    with atomic_dir(folder) as staging:
+    :func:`compute_reference`) into folder (new, empty or an earlier output of
+    ``hwgptbench search-reference``)."""
+    with replace_dir(folder, "search-reference") as staging:
         (staging / REFERENCE).write_text(canonical_json(asdict(reference)))
         front.write_parquet(staging / FRONT)
 

@@ -26,7 +26,7 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
-from ..io import atomic_dir
+from ..outputs import replace_dir
 from ..versions import library_versions
 from .algorithms import get_algorithm
 from .evaluator import BudgetExhausted, Evaluator
@@ -111,12 +111,13 @@ SEARCH_LIBRARIES = ("torch", "numpy", "lightgbm", "scikit-learn", "botorch", "gp
 def run_seeds(problem: Problem, reference: Reference, algorithm: str, budget: int,
               seeds: Sequence[int], options: dict[str, Any], out_dir: str | os.PathLike[str],
               labels: dict[str, str] | None = None) -> Path:
-    """Run every seed of one algorithm; write ``out_dir/{seed}.parquet`` (atomically, whole),
+    """Run every seed of one algorithm; write ``out_dir/{seed}.parquet`` (atomically, whole:
+    out_dir must be new, empty or an earlier output of ``hwgptbench search``),
     with a constant column per ``labels`` entry (e.g. objectives and device) and the versions
     of the :data:`SEARCH_LIBRARIES`."""
     constants = {**(labels or {}), **library_versions(*SEARCH_LIBRARIES)}
     columns = [pl.lit(v, dtype=pl.String).alias(k) for k, v in constants.items()]
-    with atomic_dir(out_dir) as staging:
+    with replace_dir(out_dir, "search") as staging:
         for seed in tqdm(seeds, desc=algorithm, unit="seed"):
             table = run(problem, reference, algorithm, budget, seed, options)
             table.select(*columns, pl.all()).write_parquet(staging / f"{seed}.parquet")

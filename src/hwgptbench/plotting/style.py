@@ -20,8 +20,8 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ..io import atomic_path
 from ..metrics import label
+from ..outputs import atomic_path
 
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType

@@ -32,9 +32,10 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from ..io import atomic_dir, write_parquet
+from ..io import write_parquet
 from ..meters.condition import CONDITION_KEYS, condition_id, with_condition_columns
 from ..metrics import reason_column
+from ..outputs import replace_dir
 from ..repeatability import REPEAT_MIN, agreement, at_ceiling
 from ..schema import ANY
 from ..settings.sections import SurrogateSettings
@@ -247,7 +248,7 @@ def fit_perplexity(section: SurrogateSettings, space: SearchSpace, vocab_size: i
     with condition ``any`` in ``{family}/``, each lower one in ``steps-{N}/{family}/``."""
     fidelities = sorted(table["train_steps"].unique(), reverse=True)
     targets: list[_Target | list[dict[str, Any]]] = []
-    with atomic_dir(out_dir) as staging:
+    with replace_dir(out_dir, "fit-surrogates") as staging:
         for steps in fidelities:
             final = steps == fidelities[0]
             group = table.filter(pl.col("train_steps") == steps)
@@ -285,7 +286,7 @@ def fit_device(section: SurrogateSettings, space: SearchSpace, vocab_size: int,
     fingerprint_columns = [c for c in ("device_kind", "device_name", "cpu_model",
                                        "gpu_memory_gb", "torch_version") if c in table.columns]
     targets: list[_Target | list[dict[str, Any]]] = []
-    with atomic_dir(out_dir) as staging:
+    with replace_dir(out_dir, "fit-surrogates") as staging:
         ok = with_condition_columns(table.filter(pl.col("status") == "ok"))
         for key, group in ok.group_by(list(CONDITION_KEYS), maintain_order=True):
             condition = condition_id(**dict(zip(CONDITION_KEYS, key, strict=True)))

@@ -9,9 +9,10 @@ half-written surrogate.
 
 :func:`load_surrogate` reads a folder as data (docs/security.md): its files must match the
 manifest (a pulled folder already matches ``dvc.lock``; this catches one changed, truncated or
-written before the manifest existed), every LightGBM model text is checked against the search
-space's feature count before LightGBM parses it (:mod:`hwgptbench.lightgbm_core`), and a file
-that its reader refuses is one :class:`SurrogateFileError` naming it and the fix.
+written before the manifest existed), ``metadata.json`` holds what :func:`save_surrogate`
+writes, field by field (:func:`check_metadata`, which the writer applies too), every LightGBM
+model text is parsed (:mod:`hwgptbench.lightgbm_core`) with the search space's feature count,
+and a file that its reader refuses is one :class:`SurrogateFileError` naming it and the fix.
 """
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ from typing import Any
 
 from .. import __version__
 from ..errors import UserError
-from ..io import CorruptFileError, atomic_dir, canonical_json, read_json, sha256_file
+from ..io import CorruptFileError, canonical_json, read_json, sha256_file
+from ..layout import DEVICE_LABEL
+from ..meters.condition import Condition
+from ..metrics import hardware_metrics
+from ..outputs import atomic_dir
+from ..schema import ANY
 from ..space import SearchSpace
 from .base import FIX, Surrogate
 from .conformal import calibrated
@@ -36,6 +42,14 @@ FORMAT = "hwgptbench-surrogate/2"  # 2: with the manifest
 REQUIRED_KEYS = ("space_name", "space", "feature_args", "metric", "device",
                  "device_fingerprint", "condition", "training_rows")
 FEATURE_ARGS = ("vocab_size", "batch_size", "seq_len")
+# train_steps: a perplexity surrogate's fidelity; ceiling: a latency surrogate's repeatability;
+# transfer: how an adapted surrogate was fitted
+OPTIONAL_KEYS = ("train_steps", "ceiling", "transfer")
+DERIVED_KEYS = ("feature_names", "family", "versions")  # written by save_surrogate itself
+# the metrics of the perplexity table, of no device and no condition (api.DEVICE_FREE)
+DEVICE_FREE = ("perplexity", "accuracy")
+MAX_VOCAB = 1 << 24
+MAX_SHAPE = 1 << 20  # a batch size or sequence length: the params schema's bound
 # family -> (module, class), imported on load so that one family never imports another's library.
 FAMILIES = {
     "lightgbm": ("hwgptbench.predictors.lightgbm_model", "LightGBMSurrogate"),
@@ -60,7 +74,8 @@ def _space(metadata: dict[str, Any]) -> SearchSpace:
 
 def save_surrogate(model: Surrogate, folder: str | os.PathLike[str],
                    metadata: dict[str, Any]) -> None:
-    """Atomically write model and metadata.json (caller's REQUIRED_KEYS plus derived fields)."""
+    """Atomically write model and metadata.json (caller's REQUIRED_KEYS, any OPTIONAL_KEYS and
+    the DERIVED_KEYS); ValueError if the metadata is not what :func:`check_metadata` reads."""
     missing = [key for key in REQUIRED_KEYS if key not in metadata]
     missing += [f"feature_args.{key}" for key in FEATURE_ARGS
                 if key not in metadata.get("feature_args", {})]
@@ -75,6 +90,7 @@ def save_surrogate(model: Surrogate, folder: str | os.PathLike[str],
         "versions": {"hwgptbench": __version__,
                      **{name: version(name) for name in ("lightgbm", "torch", "numpy")}},
     }
+    check_metadata(document)
     with atomic_dir(folder) as staging:
         model.save(staging)
         (staging / METADATA).write_text(canonical_json(document))
@@ -118,24 +134,97 @@ def verify(folder: str | os.PathLike[str]) -> None:
                                      f"(changed, corrupt or truncated): {FIX}")
 
 
+def _positive_int(value: Any, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= high
+
+
+def _of_strings(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+
+
+def check_metadata(metadata: Any) -> None:
+    """Raise ValueError saying how a surrogate's metadata differs from what
+    :func:`save_surrogate` writes: its keys, the space, a known metric and family, a device and
+    condition of that metric (``any`` for a metric of the perplexity table; a device label and
+    a condition id otherwise) and feature arguments of that condition."""
+    if not isinstance(metadata, dict):
+        raise ValueError("it is not an object")
+    keys = {*REQUIRED_KEYS, *DERIVED_KEYS}
+    odd = sorted((keys - metadata.keys()) | (metadata.keys() - keys - set(OPTIONAL_KEYS)))
+    if odd:
+        raise ValueError(f"missing or unknown fields: {', '.join(odd)}")
+    if not isinstance(metadata["space_name"], str) or not isinstance(metadata["space"], dict):
+        raise ValueError("space_name or space malformed")
+    try:
+        space = _space(metadata)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"its space is refused ({str(err)[:200]})") from None
+    if metadata["feature_names"] != feature_names(space):
+        raise ValueError("its feature_names are not those of its space")
+    if metadata["family"] not in FAMILIES:
+        raise ValueError(f"unknown family {str(metadata['family'])[:40]!r}; known: "
+                         f"{', '.join(sorted(FAMILIES))}")
+    shape = _check_target(metadata)
+    args = metadata["feature_args"]
+    if (not isinstance(args, dict) or sorted(args) != sorted(FEATURE_ARGS)
+            or not _positive_int(args["vocab_size"], MAX_VOCAB)
+            or not all(_positive_int(args[key], MAX_SHAPE) for key in ("batch_size", "seq_len"))):
+        raise ValueError(f"feature_args is not vocab_size (1..{MAX_VOCAB}), batch_size and "
+                         f"seq_len (1..{MAX_SHAPE})")
+    if (args["batch_size"], args["seq_len"]) != (shape or (1, space.block_size)):
+        raise ValueError("the batch_size and seq_len of its feature_args are not those of its "
+                         "condition")
+    if not _positive_int(metadata["training_rows"], 2**63 - 1):
+        raise ValueError("training_rows is not a positive int")
+    if not isinstance(metadata["device_fingerprint"], dict) or not _of_strings(
+            metadata["versions"]):
+        raise ValueError("device_fingerprint or versions malformed")
+    if not isinstance(metadata.get("ceiling", {}), dict) or not isinstance(
+            metadata.get("transfer", {}), dict):
+        raise ValueError("ceiling or transfer malformed")
+
+
+def _check_target(metadata: dict[str, Any]) -> tuple[int, int] | None:
+    """Check metric, device, condition and train_steps; the (batch_size, seq_len) of a
+    device's condition, None for a metric of the perplexity table."""
+    metric, device, condition = (metadata[key] for key in ("metric", "device", "condition"))
+    steps = metadata.get("train_steps", 0)
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+        raise ValueError("train_steps is not an int >= 0")
+    if metric in DEVICE_FREE:
+        if device != ANY or condition not in (ANY, f"steps-{steps}"):
+            raise ValueError(f"a {metric} surrogate has device {ANY!r} and condition {ANY!r} "
+                             "or steps-{train_steps}")
+        return None
+    if metric not in hardware_metrics():
+        raise ValueError(f"metric {str(metric)[:40]!r} is none of {', '.join(DEVICE_FREE)} "
+                         "and no registered hardware metric (hwgptbench.metrics)")
+    if not isinstance(device, str) or device == ANY or not DEVICE_LABEL.fullmatch(device):
+        raise ValueError(f"a {metric} surrogate's device {str(device)[:40]!r} is not a device "
+                         "label")
+    try:
+        parsed = Condition.from_id(condition) if isinstance(condition, str) else None
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        raise ValueError(f"a {metric} surrogate's condition {str(condition)[:40]!r} is not a "
+                         "condition id")
+    return parsed.batch_size, parsed.seq_len
+
+
 def read_metadata(folder: str | os.PathLike[str]) -> dict[str, Any]:
-    """The metadata.json of a surrogate folder, its fields checked (:class:`SurrogateFileError`
-    names the file otherwise)."""
+    """The metadata.json of a surrogate folder, checked by :func:`check_metadata`
+    (:class:`SurrogateFileError` names the file, why and the fix otherwise)."""
     path = Path(folder) / METADATA
     try:
         metadata = read_json(path, FIX)
+        check_metadata(metadata)
     except CorruptFileError as err:
         raise SurrogateFileError(str(err)) from None
-    kinds = {"space_name": str, "space": dict, "feature_args": dict, "metric": str,
-             "device": object, "condition": object, "family": str}
-    wrong = sorted(key for key, kind in kinds.items() if not isinstance(metadata, dict)
-                   or key not in metadata or not isinstance(metadata[key], kind))
-    if wrong:
-        raise SurrogateFileError(f"{path}: {', '.join(wrong)} missing or malformed: {FIX}")
-    try:
-        _space(metadata)
     except ValueError as err:
-        raise SurrogateFileError(f"{path}: its space is refused ({err}): {FIX}") from None
+        raise SurrogateFileError(f"{path} is not a surrogate's metadata ({err}): {FIX}"
+                                 ) from None
+    assert isinstance(metadata, dict)  # check_metadata passed it
     return metadata
 
 
@@ -152,9 +241,6 @@ def load_surrogate(folder: str | os.PathLike[str], expected_space: SearchSpace |
             f"surrogate {folder} was fitted on search space {metadata['space_name']!r} "
             f"{metadata['space']}, but search space {expected_space.name!r} "
             f"{expected_space.to_dict()} was expected")
-    if metadata["family"] not in FAMILIES:
-        raise SurrogateFileError(f"surrogate {folder}: unknown family {metadata['family']!r}; "
-                                 f"known: {sorted(FAMILIES)}")
     _check_lightgbm_headers(folder, len(feature_names(space)))
     module, name = FAMILIES[metadata["family"]]
     try:
@@ -170,16 +256,16 @@ def load_surrogate(folder: str | os.PathLike[str], expected_space: SearchSpace |
 
 def _check_lightgbm_headers(folder: Path, n_features: int) -> None:
     """Refuse a LightGBM model text (``*.txt``) of folder that is not a model of the space's
-    feature count; the readers check each tree (:func:`~hwgptbench.lightgbm_core.read_booster`)."""
+    feature count; the readers parse each whole (:func:`~hwgptbench.lightgbm_core.read_booster`)."""
     texts = [name for name in _files(folder) if name.endswith(".txt")]
     if not texts:
         return
-    from ..lightgbm_core import check_model_text
+    from ..lightgbm_core import check_model_header
 
     for name in texts:
         try:
-            check_model_text((folder / name).read_text(encoding="utf-8", errors="replace"),
-                             n_features, trees=False)
+            check_model_header((folder / name).read_text(encoding="utf-8", errors="replace"),
+                               n_features)
         except ValueError as err:
             raise SurrogateFileError(f"{folder / name} is refused as a LightGBM model ({err}): "
                                      f"{FIX}") from None

@@ -5,56 +5,162 @@ each table with its SHA-256, row count and source: the perplexity table
 (``{scale}/perplexity.parquet``, HW-GPT-Bench's published perplexities as the importer writes
 them) and the measurement table of each device (``{scale}/devices/{label}.parquet``, as the
 measure stage writes it). Every read checks the file against its SHA-256, so an edited or
-truncated table is refused instead of queried. :func:`ship` (``hwgptbench ship-tables``) is
-the one way the tables and the manifest are written.
+truncated table is refused instead of queried, and the manifest itself is checked first: its
+scales and device labels are names, its files exactly those paths. :func:`ship`
+(``hwgptbench ship-tables``) is the one way the tables and the manifest are written; it checks
+every table it is given (:func:`check_perplexity_table`, :func:`check_device_table`) before it
+writes anything. docs/security.md, "Names are data too".
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
+from io import BytesIO
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import polars as pl
 
+from .. import layout
 from ..errors import UserError
-from ..io import atomic_path, atomic_write_json, sha256_file
+from ..io import (
+    CorruptFileError,
+    atomic_write_json,
+    first_line,
+    read_outside_parquet,
+    sha256_file,
+)
 from ..meters.condition import CONDITION_KEYS, Condition, with_condition_columns
-from ..space import SearchSpace
+from ..metrics import measured_bounds
+from ..outputs import MARKER, atomic_path, check_output_dir, marker
+from ..space import Arch, InvalidArchError, SearchSpace
 
 FOLDER = Path(__file__).parent
 MANIFEST = "manifest.json"
-# Columns every shipped table must have: the perplexity importer's, the measure stage's keys
-PERPLEXITY_COLUMNS = ("arch_id", "params", "train_steps", "val_loss", "perplexity", "accuracy",
-                      "source")
-DEVICE_COLUMNS = ("arch_id", "device", "status", "batch_size", "seq_len", "dtype", "launch",
-                  "latency_ms")
+COMMAND = "ship-tables"  # the command whose output marker the folder carries
+TEXT, INTEGERS, FLOATS, BOOLEANS = "text", "integers", "floats", "booleans"
+_OF_KIND: dict[str, Callable[[Any], bool]] = {
+    TEXT: lambda dtype: dtype == pl.String, INTEGERS: lambda dtype: dtype.is_integer(),
+    FLOATS: lambda dtype: dtype.is_float(), BOOLEANS: lambda dtype: dtype == pl.Boolean}
+# The columns every shipped table must have, with their types: the perplexity importer's, the
+# measure stage's keys and the metrics whose surrogates a query fits
+PERPLEXITY_TYPES = {"arch_id": TEXT, "params": INTEGERS, "train_steps": INTEGERS,
+                    "val_loss": FLOATS, "perplexity": FLOATS, "accuracy": FLOATS,
+                    "source": TEXT}
+PERPLEXITY_COLUMNS = tuple(PERPLEXITY_TYPES)
+DEVICE_TYPES = {"arch_id": TEXT, "device": TEXT, "status": TEXT, "batch_size": INTEGERS,
+                "seq_len": INTEGERS, "dtype": TEXT, "launch": TEXT, "latency_ms": FLOATS,
+                "energy_mj": FLOATS, "memory_peak_mb": FLOATS}
+DEVICE_COLUMNS = tuple(DEVICE_TYPES)
+DEVICE_KEYS = ("arch_id", "device", "status", "batch_size", "seq_len", "dtype", "launch")
 FINGERPRINT_COLUMNS = ("device_kind", "device_name", "cpu_model", "cpu_cores_logical",
                        "gpu_memory_gb", "gpu_driver", "cuda_version", "torch_version", "threads",
                        "hwgptbench_version")
+# Columns a device table may lack, of these types where it has them: the other condition
+# columns, the other memory columns, and the fingerprint the manifest records
+OPTIONAL_DEVICE_TYPES = {"workload": TEXT, "gen_len": INTEGERS, "attention": TEXT,
+                         "quant": TEXT, "compile": BOOLEANS, "recompute": BOOLEANS,
+                         "memory_weights_mb": FLOATS, "memory_activations_mb": FLOATS,
+                         "device_kind": TEXT, "device_name": TEXT, "cpu_model": TEXT,
+                         "cpu_cores_logical": INTEGERS, "gpu_memory_gb": FLOATS,
+                         "gpu_driver": TEXT, "cuda_version": TEXT, "torch_version": TEXT,
+                         "threads": INTEGERS, "hwgptbench_version": TEXT}
+# The range of each value that is not null (docs/security.md): each measured column's physical
+# bounds (metrics.measured_bounds, those `hwgptbench adapt` checks too), counts of at least 1
+# (train steps of at least 0), a perplexity the exponential of a loss (at least 1), an accuracy
+# a fraction
+BOUNDS: dict[str, tuple[float, float]] = {
+    **{column: (bounds.low, bounds.high) for column, bounds in measured_bounds().items()},
+    "batch_size": (1, math.inf), "seq_len": (1, math.inf), "params": (1, math.inf),
+    "train_steps": (0, math.inf), "perplexity": (1.0, math.inf), "accuracy": (0.0, 1.0)}
+PERPLEXITY_FIX = "write the table with hwgptbench import-perplexity and ship that"
+DEVICE_FIX = ("measure the device with hwgptbench measure (or drop the row) and ship that "
+              "table")
+_RESTORE = "restore it with git checkout, or rewrite it with hwgptbench ship-tables"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class PublishedTablesError(UserError, ValueError):
-    """A shipped table is absent, unknown or does not match its manifest."""
+    """A shipped table is absent, unknown or does not match its manifest, or a table to ship
+    holds what no measurement or import writes."""
+
+
+def perplexity_file(scale: str) -> str:
+    """The perplexity table of a scale, relative to the folder: the manifest's ``file``."""
+    return f"{scale}/perplexity.parquet"
+
+
+def device_file(scale: str, label: str) -> str:
+    """A device's table of a scale, relative to the folder: the manifest's ``file``."""
+    return f"{scale}/devices/{label}.parquet"
+
+
+def _name(value: object, what: str, pattern: re.Pattern[str] = layout.DEVICE_LABEL) -> str:
+    """value as a device label (or a scale name) that may become part of a path."""
+    try:
+        return layout.check_label(value, what, pattern)
+    except layout.LabelError as err:
+        raise PublishedTablesError(str(err)) from None
+
+
+def _count(value: object, least: int) -> bool:
+    """Whether value is an int (not a bool) of at least ``least``."""
+    return type(value) is int and value >= least
 
 
 def manifest(folder: str | os.PathLike[str] = FOLDER) -> dict[str, Any]:
-    """The manifest of the shipped tables (empty scales when none is shipped)."""
+    """The manifest of the shipped tables (empty scales when none is shipped), checked
+    (:func:`_check_manifest`)."""
     path = Path(folder) / MANIFEST
     if not path.exists():
         return {"scales": {}}
     try:
-        document = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise PublishedTablesError(f"{path} is not valid JSON ({err}): restore it with "
-                                   "git checkout, or rewrite it with hwgptbench ship-tables"
-                                   ) from None
-    if not isinstance(document, dict) or not isinstance(document.get("scales"), dict):
-        raise PublishedTablesError(f"{path}: expected an object with a 'scales' object")
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as err:  # ValueError: not UTF-8 or not JSON
+        reason = "nested too deep" if isinstance(err, RecursionError) else first_line(err)
+        raise PublishedTablesError(f"{path} is not valid JSON in UTF-8 ({reason}): "
+                                   f"{_RESTORE}") from None
+    _check_manifest(document, path)
     return document
+
+
+def _check_manifest(document: Any, path: Path) -> None:
+    """Refuse a manifest whose scales or device labels are not names, or whose table records
+    name other files than their canonical paths or lack a SHA-256 and a row count."""
+    if not isinstance(document, dict) or not isinstance(document.get("scales"), dict):
+        raise PublishedTablesError(f"{path}: expected an object with a 'scales' object: "
+                                   f"{_RESTORE}")
+    for scale, record in document["scales"].items():
+        _name(scale, f"{path}: a scale", layout.SCALE_NAME)
+        where = f"{path}: scale {scale}"
+        if not (isinstance(record, dict) and isinstance(record.get("space"), dict)
+                and _count(record.get("vocab_size"), 1)
+                and isinstance(record.get("devices"), dict)):
+            raise PublishedTablesError(f"{where}: expected an object with a 'space' object, a "
+                                       "positive integer 'vocab_size', a 'perplexity' record "
+                                       f"and a 'devices' object: {_RESTORE}")
+        _check_file(record.get("perplexity"), perplexity_file(scale), f"{where}, perplexity")
+        for label, file in record["devices"].items():
+            _name(label, f"{where}: a device")
+            _check_file(file, device_file(scale, label), f"{where}, device {label}")
+
+
+def _check_file(record: Any, canonical: str, where: str) -> None:
+    """Refuse a table record whose ``file`` is not ``canonical`` or whose ``sha256`` and
+    ``rows`` are not a digest and a count."""
+    if not isinstance(record, dict) or record.get("file") != canonical:
+        raise PublishedTablesError(f"{where}: expected a record whose 'file' is {canonical!r}: "
+                                   f"{_RESTORE}")
+    sha256 = record.get("sha256")
+    if not (isinstance(sha256, str) and _SHA256.fullmatch(sha256)
+            and _count(record.get("rows"), 0)):
+        raise PublishedTablesError(f"{where}: expected 'sha256', 64 hex digits, and 'rows', a "
+                                   f"count: {_RESTORE}")
 
 
 def scales(folder: str | os.PathLike[str] = FOLDER) -> list[str]:
@@ -81,18 +187,38 @@ def vocab_size(scale: str, folder: str | os.PathLike[str] = FOLDER) -> int:
     return int(entry(scale, folder)["vocab_size"])
 
 
-def _read(file: dict[str, Any], folder: Path) -> pl.DataFrame:
-    """A shipped table, after checking its SHA-256 against the manifest."""
-    path = folder / file["file"]
+def _inside(folder: Path, relative: str) -> Path:
+    """folder / relative (a canonical path of the manifest), refused where a part of it is a
+    symbolic link, or a folder or file where the other is expected: a path read, written or
+    deleted here names a file inside folder."""
+    parts = relative.split("/")
+    path = folder
+    for i, part in enumerate(parts):
+        path = path / part
+        kind, is_kind = ("regular file", path.is_file) if i == len(parts) - 1 else (
+            "folder", path.is_dir)
+        if path.is_symlink():
+            raise PublishedTablesError(f"{path} is a symbolic link: hwgptbench {COMMAND} reads, "
+                                       f"writes and deletes only files inside {folder}; put "
+                                       "the folder or file itself there")
+        if path.exists() and not is_kind():
+            raise PublishedTablesError(f"{path} is not a {kind}: move it away")
+    return path
+
+
+def _read(file: Mapping[str, Any], folder: Path) -> pl.DataFrame:
+    """A shipped table, after checking its SHA-256 against the manifest (the bytes checked
+    are the bytes read)."""
+    path = _inside(folder, file["file"])
     if not path.exists():
         raise PublishedTablesError(f"{path} is missing: restore it (git checkout {path})")
-    digest = sha256_file(path)
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
     if digest != file["sha256"]:
         raise PublishedTablesError(
             f"{path} does not match its manifest (SHA-256 {digest[:12]}…, expected "
-            f"{file['sha256'][:12]}…): restore it with git checkout, or ship it anew with "
-            "hwgptbench ship-tables")
-    return pl.read_parquet(path)
+            f"{file['sha256'][:12]}…): {_RESTORE}")
+    return pl.read_parquet(BytesIO(data))  # the bytes ship wrote, after it checked them
 
 
 def perplexity_table(scale: str, folder: str | os.PathLike[str] = FOLDER) -> pl.DataFrame:
@@ -134,23 +260,125 @@ def digest(scale: str, folder: str | os.PathLike[str] = FOLDER) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _check_columns(table: pl.DataFrame, columns: Sequence[str], path: Path) -> None:
-    missing = [c for c in columns if c not in table.columns]
+def _input(path: Path, fix: str) -> pl.DataFrame:
+    """A table given to ship, read as a file from outside (:func:`io.read_outside_parquet`)."""
+    try:
+        return read_outside_parquet(path, fix)
+    except CorruptFileError as err:
+        raise PublishedTablesError(str(err)) from None
+
+
+def _refuse(table: pl.DataFrame, path: Path, column: str, row: int, problem: str,
+            fix: str) -> NoReturn:
+    shown = repr(table[column][row])
+    shown = shown if len(shown) <= 60 else shown[:60] + "..."
+    raise PublishedTablesError(f"{path}: column {column!r}, row {row} ({shown}): {problem}; "
+                               f"{fix}")
+
+
+def _refuse_where(table: pl.DataFrame, path: Path, column: str, bad: pl.Expr, problem: str,
+                  fix: str) -> None:
+    """Refuse the table at the first row where ``bad`` holds (a null is not bad)."""
+    row = table.select(bad.fill_null(False).arg_true().first()).item()
+    if row is not None:
+        _refuse(table, path, column, row, problem, fix)
+
+
+def _check_rows(table: pl.DataFrame, path: Path, types: Mapping[str, str],
+                optional: Mapping[str, str], keys: Sequence[str], fix: str) -> None:
+    """Refuse a table that lacks a column of ``types``, holds a column of ``types`` or
+    ``optional`` of another type (an all-null column passes), holds no rows, a null key, a
+    NaN or infinite float, or a value outside :data:`BOUNDS`."""
+    missing = [c for c in types if c not in table.columns]
     if missing:
-        raise PublishedTablesError(f"{path} lacks the columns {missing}: ship a perplexity "
-                                   "table from hwgptbench import-perplexity and device tables "
-                                   "from hwgptbench measure")
+        raise PublishedTablesError(f"{path} lacks the columns {missing}: {fix}")
+    for column, kind in {**optional, **types}.items():
+        dtype = table.schema.get(column)
+        if dtype is not None and dtype != pl.Null and not _OF_KIND[kind](dtype):
+            raise PublishedTablesError(f"{path}: column {column!r} holds {dtype}, not {kind}: "
+                                       f"{fix}")
+    if table.is_empty():
+        raise PublishedTablesError(f"{path} holds no rows: {fix}")
+    for column in keys:
+        _refuse_where(table, path, column, pl.col(column).is_null(), "is null", fix)
+    for column, dtype in table.schema.items():
+        if dtype.is_float():
+            _refuse_where(table, path, column, ~pl.col(column).is_finite(),
+                          "is not a finite number", fix)
+    for column, (low, high) in BOUNDS.items():
+        if column in table.columns and table.schema[column].is_numeric():
+            _refuse_where(table, path, column, ~pl.col(column).is_between(low, high),
+                          f"is outside its range [{low:g}, {high:g}]", fix)
 
 
-def _copy(source: Path, dest: Path, columns: Sequence[str]
-          ) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """Write ``source`` to ``dest`` (zstd parquet, rows in their order); return it and its
-    manifest record."""
-    table = pl.read_parquet(source)
-    _check_columns(table, columns, source)
+def _check_archs(table: pl.DataFrame, path: Path, space: SearchSpace, fix: str) -> None:
+    """Refuse the first row whose arch id does not parse or is outside the space."""
+    for arch_id in table["arch_id"].unique(maintain_order=True):
+        try:
+            space.validate(Arch.from_id(arch_id))
+        except InvalidArchError as err:
+            row = table.select((pl.col("arch_id") == arch_id).arg_true().first()).item()
+            _refuse(table, path, "arch_id", row, f"not an arch of the space {space.name} "
+                    f"({err})", fix)
+
+
+def check_perplexity_table(table: pl.DataFrame, path: Path, space: SearchSpace) -> None:
+    """Refuse (:class:`PublishedTablesError`, naming path, the column, the first bad row and
+    the fix) a perplexity table that is not what ``hwgptbench import-perplexity`` writes for
+    ``space``: its columns of their types, no null, finite floats, a perplexity of at least 1,
+    an accuracy in [0, 1], one row per arch and training steps, every arch in the space."""
+    _check_rows(table, path, PERPLEXITY_TYPES, {}, PERPLEXITY_COLUMNS, PERPLEXITY_FIX)
+    _check_archs(table, path, space, PERPLEXITY_FIX)
+    _refuse_where(table, path, "arch_id", ~pl.struct("arch_id", "train_steps")
+                  .is_first_distinct(), "the arch is in the table twice", PERPLEXITY_FIX)
+
+
+def check_device_table(table: pl.DataFrame, path: Path, space: SearchSpace) -> str:
+    """The device label of a measurement table (:data:`layout.DEVICE_LABEL`), after refusing
+    (:class:`PublishedTablesError`, naming path, the column, the first bad row and the fix) a
+    table that is not what the measure stage writes for ``space``: one device, its columns of
+    their types, no null key, finite floats within :data:`BOUNDS`, a latency on every ok row,
+    valid conditions, every arch in the space, one row per arch and condition."""
+    if "device" in table.columns and table["device"].n_unique() > 1:
+        labels = table["device"].unique(maintain_order=True)
+        more = ", ..." if labels.len() > 5 else ""
+        raise PublishedTablesError(f"{path} holds the devices {labels.head(5).to_list()}{more}: "
+                                   "ship one device table per device (results/{scale}/measure/"
+                                   "{label}.parquet)")
+    _check_rows(table, path, DEVICE_TYPES, OPTIONAL_DEVICE_TYPES, DEVICE_KEYS, DEVICE_FIX)
+    label = _name(table["device"][0], f"{path}: the device column")
+    _refuse_where(table, path, "latency_ms",
+                  (pl.col("status") == "ok") & pl.col("latency_ms").is_null(),
+                  "null on a row whose status is ok", DEVICE_FIX)
+    conditions = with_condition_columns(table).select(CONDITION_KEYS).with_row_index("row")
+    for values in conditions.unique(CONDITION_KEYS, keep="first",
+                                    maintain_order=True).iter_rows(named=True):
+        row = values.pop("row")
+        try:
+            Condition(**values)
+        except (TypeError, ValueError) as err:
+            raise PublishedTablesError(f"{path}: row {row}: not a measurement condition "
+                                       f"({err}); {DEVICE_FIX}") from None
+    _check_archs(table, path, space, DEVICE_FIX)
+    _refuse_where(with_condition_columns(table), path, "arch_id",
+                  ~pl.struct("arch_id", *CONDITION_KEYS).is_first_distinct(),
+                  "the arch is measured twice under one condition", DEVICE_FIX)
+    return label
+
+
+def _write(table: pl.DataFrame, dest: Path) -> dict[str, Any]:
+    """Write a checked table to ``dest`` (zstd parquet, rows in their order); return its
+    manifest record's SHA-256 and row count."""
     with atomic_path(dest) as tmp:
         table.write_parquet(tmp, compression="zstd", compression_level=19, statistics=False)
-    return table, {"sha256": sha256_file(dest), "rows": table.height}
+    return {"sha256": sha256_file(dest), "rows": table.height}
+
+
+def _mark(folder: Path) -> None:
+    """Write the folder's output marker of ship-tables, where it has none yet."""
+    if not (folder / MARKER).is_file():
+        with atomic_path(folder / MARKER) as tmp:
+            tmp.write_text(json.dumps(marker(COMMAND), sort_keys=True) + "\n")
 
 
 def fingerprint_of(table: pl.DataFrame) -> dict[str, Any]:
@@ -168,11 +396,18 @@ def ship(scale: str, space_: SearchSpace, vocab: int, perplexity: str | os.PathL
 
     Each device's record holds the table's fingerprint and ``measured_by``, the commit of the
     code that measured it (comma-separated commits for a table of several campaigns). A table
-    not given keeps its shipped version; ``replace_devices`` drops the devices not given. The
-    manifest is rewritten last (atomically), so a reader never sees a table its manifest does
-    not describe. Returns the scale's new manifest entry.
+    not given keeps its shipped version; ``replace_devices`` deletes the shipped files of the
+    devices not given. The folder must be new, empty or an earlier output of ship-tables
+    (:func:`~hwgptbench.outputs.check_output_dir`), and every table, name and path is checked
+    before anything is written. The tables are written file by file and the manifest last
+    (atomically), so a reader never sees a table its manifest does not describe. Returns the
+    scale's new manifest entry.
     """
-    folder = Path(folder)
+    scale = _name(scale, "the scale (--scale)", layout.SCALE_NAME)
+    if not _count(vocab, 1):
+        raise PublishedTablesError(f"the vocabulary size (--vocab-size) {vocab!r} is not a "
+                                   "positive integer: give the networks' vocabulary size")
+    folder = check_output_dir(folder, COMMAND, "--folder")
     document = manifest(folder)
     old = document["scales"].get(scale, {})
     if old and old["space"] != space_.to_dict() and (perplexity is None or not replace_devices):
@@ -180,37 +415,45 @@ def ship(scale: str, space_: SearchSpace, vocab: int, perplexity: str | os.PathL
                 f"the shipped {scale} tables were written for the space {old['space']}, not "
                 f"{space_.to_dict()}: ship every table of the scale anew (--perplexity and "
                 "--device, with --replace-devices)")
+    new_perplexity = None
+    if perplexity is not None:
+        new_perplexity = _input(Path(perplexity), PERPLEXITY_FIX)
+        check_perplexity_table(new_perplexity, Path(perplexity), space_)
+    tables: dict[str, pl.DataFrame] = {}
+    for path in map(Path, devices):
+        table = _input(path, DEVICE_FIX)
+        label = check_device_table(table, path, space_)
+        if label in tables:
+            raise PublishedTablesError(f"{path} is a second table of the device {label}: ship "
+                                       "one table per device")
+        tables[label] = table
+    shipped = old.get("devices", {})
     record: dict[str, Any] = {"space": space_.to_dict(), "vocab_size": vocab,
                               "perplexity": old.get("perplexity"),
-                              "devices": {} if replace_devices else dict(old.get("devices", {}))}
-    if perplexity is not None:
-        dest = folder / scale / "perplexity.parquet"
-        table, file = _copy(Path(perplexity), dest, PERPLEXITY_COLUMNS)
-        sources = sorted(set(table["source"]))
-        record["perplexity"] = {"file": dest.relative_to(folder).as_posix(), **file,
-                                "source": ", ".join(sources)}
-    if record["perplexity"] is None:
+                              "devices": {} if replace_devices else dict(shipped)}
+    if new_perplexity is None and record["perplexity"] is None:
         raise PublishedTablesError(f"scale {scale} has no shipped perplexity table: give one "
                                    "(--perplexity, from hwgptbench import-perplexity)")
-    for path in map(Path, devices):
-        labels = pl.read_parquet(path, columns=["device"])["device"].unique().to_list()
-        if len(labels) != 1:
-            raise PublishedTablesError(f"{path} holds the devices {labels}: ship one device "
-                                       "table per device (results/{scale}/measure/{label}"
-                                       ".parquet)")
-        dest = folder / scale / "devices" / f"{labels[0]}.parquet"
-        table, file = _copy(path, dest, DEVICE_COLUMNS)
+    perplexity_dest = _inside(folder, perplexity_file(scale))
+    targets = {label: _inside(folder, device_file(scale, label)) for label in tables}
+    stale = [_inside(folder, shipped[label]["file"])
+             for label in sorted(set(shipped) - set(tables)) if replace_devices]
+    _mark(folder)
+    if new_perplexity is not None:
+        sources = sorted(set(new_perplexity["source"]))
+        record["perplexity"] = {"file": perplexity_file(scale),
+                                **_write(new_perplexity, perplexity_dest),
+                                "source": ", ".join(sources)}
+    for label, table in tables.items():
         conditions = table.select("batch_size", "seq_len", "dtype", "launch").unique()
-        record["devices"][labels[0]] = {"file": dest.relative_to(folder).as_posix(), **file,
-                                        "conditions": conditions.height,
-                                        "default_condition": default_condition_of(table),
-                                        "fingerprint": fingerprint_of(table),
-                                        "measured_by": measured_by}
-    for label in set(old.get("devices", {})) - set(record["devices"]):
-        stale = folder / old["devices"][label]["file"]
-        if stale.exists():
-            stale.unlink()
+        record["devices"][label] = {"file": device_file(scale, label),
+                                    **_write(table, targets[label]),
+                                    "conditions": conditions.height,
+                                    "default_condition": default_condition_of(table),
+                                    "fingerprint": fingerprint_of(table),
+                                    "measured_by": measured_by}
+    for path in stale:
+        path.unlink(missing_ok=True)
     document["scales"][scale] = record
     atomic_write_json(folder / MANIFEST, document)
     return record
-

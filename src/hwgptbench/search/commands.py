@@ -13,6 +13,7 @@ import polars as pl
 from .. import params
 from ..io import atomic_write_json, write_parquet
 from ..options import Add, load_settings, one_of, scale_and_results
+from ..outputs import check_output_dir
 from ..settings.sections import SearchSettings, SurrogateSettings
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ def cmd_search_reference(args: argparse.Namespace) -> None:
     """Scaling, reference point and reference Pareto front of one objective set on a device."""
     from ..moo.reference import compute_reference, save_reference
 
+    check_output_dir(args.out, "search-reference")
     config, problem = _search_problem(args)
     reference, front = compute_reference(problem, config.reference_archs, config.reference_seed)
     save_reference(reference, front, args.out)
@@ -56,6 +58,7 @@ def cmd_search(args: argparse.Namespace) -> None:
     from ..moo.reference import load_reference
     from ..moo.runner import run_seeds
 
+    check_output_dir(args.out, "search")
     config, problem = _search_problem(args)
     torch.set_num_threads(args.threads)
     # every thread pool of the job (BLAS, OpenMP) too: searches run side by side, one a core

@@ -15,8 +15,10 @@ log = logging.getLogger("hwgptbench")
 
 def cmd_fit_surrogates(args: argparse.Namespace) -> None:
     """Fit and cross-validate the surrogates of one device's table, or of perplexity."""
+    from ..outputs import check_output_dir
     from ..predictors.fitting import fit_device, fit_perplexity
 
+    check_output_dir(args.out, "fit-surrogates")
     section = load_settings(args, SurrogateSettings)
     space, vocab = space_of(load(args, ["spaces"]), args.scale), vocab_size(args)
     if args.perplexity:

@@ -39,9 +39,10 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
-from ..io import atomic_path, canonical_json, load_torch, save_torch
+from ..io import canonical_json, load_torch, save_torch
 from ..meters.device import default_device, process_group_backend
 from ..model import SuperGPT
+from ..outputs import atomic_path
 from ..params import ParamsError, batch_problems, snapshot_problems
 from ..space import Arch, SearchSpace
 from ..tokens.shards import TokenShards

@@ -1,11 +1,12 @@
 """Adapting the benchmark to a new device from k measured archs (`hwgptbench adapt`).
 
 The measurement table of the benchmark gives the sources (every device and condition but the
-new device); the new device's rows come from a file or are measured here through the
-measurement stage's own code (:func:`hwgptbench.measure.stage.measure_rows`). For each metric
-and condition of the new device, k of its measured archs are selected, an
-:class:`~.model.AdaptedSurrogate` is fitted and saved, with the rows, under
-``results/{scale}/adapted/{device}/``, where ``Benchmark.load`` finds them.
+new device); the new device's rows come from a file (checked by :mod:`.measurements`) or are
+measured here through the measurement stage's own code
+(:func:`hwgptbench.meters.campaign.measure_rows`). For each metric and condition of the new
+device, k of its measured archs are selected, an :class:`~.model.AdaptedSurrogate` is fitted
+and saved, with the rows, under ``results/{scale}/adapted/{device}/``, where
+``Benchmark.load`` finds them.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..io import write_parquet
 from ..meters.campaign import conditions, measure_rows
 from ..meters.device import default_device
 from ..metrics import measurement_frame
+from ..outputs import replace_dir
 from ..predictors.features import feature_matrix
 from ..predictors.store import save_surrogate
 from ..settings.sections import MeasureSettings, TransferSettings
@@ -80,30 +82,32 @@ def adapt_device(section: TransferSettings, space: SearchSpace, vocab_size: int,
     sources_table = sources_table.filter(pl.col("device") != device)
     out = Path(out_dir) / device
     written: list[dict[str, Any]] = []
-    for metric in section.metrics:
-        targets = long_table(target_table, [metric])
-        if not targets.height:
-            log.info("%s: no measured %s; nothing to adapt", device, metric)
-            continue
-        sources = long_table(sources_table, [metric])
-        if not sources.height and make_method(method, section).needs_sources:
-            log.warning("%s: no source device measured %s; %s needs sources, skipped", device,
-                        metric, method)
-            continue
-        written += _adapt_metric(section, space, vocab_size, sources, targets, k, out,
-                                 method, selection)
-    if not written:
-        raise TransferError(f"nothing adapted for {device}: no metric of transfer.metrics "
-                            f"({', '.join(section.metrics)}) has both measured rows and "
-                            "source devices")
-    write_parquet(target_table, out / MEASURED)
-    return written
+    with replace_dir(out, "adapt", flag="--device") as staging:
+        for metric in section.metrics:
+            targets = long_table(target_table, [metric])
+            if not targets.height:
+                log.info("%s: no measured %s; nothing to adapt", device, metric)
+                continue
+            sources = long_table(sources_table, [metric])
+            if not sources.height and make_method(method, section).needs_sources:
+                log.warning("%s: no source device measured %s; %s needs sources, skipped",
+                            device, metric, method)
+                continue
+            written += _adapt_metric(section, space, vocab_size, sources, targets, k, staging,
+                                     method, selection)
+        if not written:
+            raise TransferError(f"nothing adapted for {device}: no metric of "
+                                f"transfer.metrics ({', '.join(section.metrics)}) has both "
+                                "measured rows and source devices")
+        write_parquet(target_table, staging / MEASURED)
+    return [{**record, "folder": str(out / record["folder"])} for record in written]
 
 
 def _adapt_metric(section: TransferSettings, space: SearchSpace, vocab_size: int,
                   sources: pl.DataFrame, targets: pl.DataFrame, k: int, out: Path, method: str,
                   selection: str) -> list[dict[str, Any]]:
-    """The adapted surrogates of every condition of one metric of the new device."""
+    """The adapted surrogates of every condition of one metric of the new device, written
+    under ``out`` (each summary's folder relative to it)."""
     models = []
     reference_ids = sorted(set(targets["arch_id"]))
     measured = np.zeros((len(reference_ids), 0))
@@ -147,5 +151,5 @@ def _adapt_metric(section: TransferSettings, space: SearchSpace, vocab_size: int
                  target.name, method, k, len(models), 100 * np.expm1(model.method.sigma))
         written.append({"metric": target.metric, "condition": target.condition.id,
                         "measured": rows.height, "k": k, "method": method,
-                        "sources": len(models), "folder": str(folder)})
+                        "sources": len(models), "folder": str(folder.relative_to(out))})
     return written

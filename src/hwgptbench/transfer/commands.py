@@ -70,24 +70,29 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     """Adapt the hardware surrogates to a new device from k measured archs (measured on this
     machine, or read from --measurements), for `Benchmark.query` and `hwgptbench query`."""
     from ..meters.campaign import device_label
+    from ..outputs import check_output_dir
     from .adapt import adapt_device, measure_for_adaptation
+    from .measurements import REQUIRED, read_measurements
 
+    out = Path(layout.adapted(args.scale, args.results))
+    if args.measurements:  # else the label is this machine's, known once it is measured
+        check_output_dir(out / layout.check_label(args.device, "--device"), "adapt", "--device")
     config = load(args, ["transfer", "measure", "spaces"])
     section, space = TransferSettings.of(config["transfer"]), space_of(config, args.scale)
     vocab = vocab_size(args)
     k = args.k or section.report_k
     selection = args.selection or section.selection
-    sources = pl.read_parquet(args.sources or layout.measurements(args.scale, args.results))
+    sources = read_measurements(args.sources or layout.measurements(args.scale, args.results),
+                                space, "--sources", required=(*REQUIRED, "device"))
     device = args.device
     if args.measurements:
-        target = pl.read_parquet(args.measurements)
+        target = read_measurements(args.measurements, space)
     else:
         measure = MeasureSettings.of(config["measure"])
         device = device_label(replace(measure, device=device), measure.threads)
         candidates = read_archs(args.archs or layout.archs(args.scale, args.results))
         target = measure_for_adaptation(measure, space, candidates, vocab, device, k,
                                         selection, section.seed)
-    out = Path(layout.adapted(args.scale, args.results))
     written = adapt_device(section, space, vocab, sources, target, device, k, out, args.method,
                            selection)
     with pl.Config(tbl_rows=100, fmt_str_lengths=100, tbl_width_chars=200):
@@ -95,6 +100,22 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     print(f"query it: hwgptbench query --scale {args.scale} --results {args.results} "
           f"--device {device} --metric {written[0]['metric']} "
           f"--condition {written[0]['condition']} --arch ARCH_ID")
+
+
+def measured_archs(text: str) -> int:
+    """--k: a whole number of measured archs, at least the 2 that a fit needs (at most the
+    params schema's bound of transfer.report_k)."""
+    from ..params import schema_file
+
+    most = schema_file()["properties"]["transfer"]["properties"]["report_k"]["maximum"]
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 2 <= k <= most:
+        raise argparse.ArgumentTypeError(f"{k} is not in [2, {most}]: a fit needs 2 measured "
+                                         "archs or more")
+    return k
 
 
 def register(add: Add) -> None:
@@ -113,8 +134,9 @@ def register(add: Add) -> None:
     command.add_argument("--device", required=True,
                          help="label of the new device (measuring here: auto, this machine's "
                               "label or an alias of it in measure.aliases)")
-    command.add_argument("--k", type=int, help="measured archs to adapt from (default: "
-                                               "transfer.report_k)")
+    command.add_argument("--k", type=measured_archs,
+                         help="measured archs to adapt from, 2 or more (default: "
+                              "transfer.report_k)")
     command.add_argument("--measurements", help="the new device's measured rows (parquet); "
                                                 "default: measure k archs on this machine")
     command.add_argument("--archs", help="candidate archs to measure (default: "
