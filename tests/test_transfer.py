@@ -3,6 +3,7 @@ errors, `hwgptbench adapt` + queries on the new device, and the rule and figure 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -291,7 +292,8 @@ def test_cli_adapt_measures_k_archs_on_this_machine(
         measurements: pl.DataFrame, shakespeare: Path, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     """Without --measurements, adapt measures k archs through the measurement stage's code,
-    under the label of this machine (a label naming other hardware is refused)."""
+    under the label of this machine (a label naming other hardware is refused), and with
+    --validate N, N more that the fit does not see and that score it."""
     results = tmp_path / "results"
     (results / "tiny").mkdir(parents=True)
     measurements.write_parquet(results / "tiny" / "measurements.parquet")
@@ -307,11 +309,19 @@ def test_cli_adapt_measures_k_archs_on_this_machine(
             str(shakespeare)]
     assert cli.main([*args, "--device", "some-gpu"]) == 2
     assert "does not match the detected hardware" in capsys.readouterr().err
-    assert cli.main([*args, "--device", "auto"]) == 0
+    assert cli.main([*args, "--device", "auto", "--validate", "3"]) == 0
     bench = Benchmark.load("tiny", results)
     (label,) = bench.devices
-    table = pl.read_parquet(results / "tiny" / "adapted" / label / "measurements.parquet")
-    assert table.height == 4 and (table["latency_ms"] > 0).all()
+    folder = results / "tiny" / "adapted" / label
+    table = pl.read_parquet(folder / "measurements.parquet")
+    assert table.height == 7 and (table["latency_ms"] > 0).all()
+    fitted = json.loads((folder / "latency_ms" / "b1-t32-fp32-eager" / "adapted" /
+                         "metadata.json").read_text())["transfer"]["measured_archs"]
+    assert len(fitted) == 4 and set(fitted) < set(table["arch_id"])
+    summary = json.loads((folder / "adapted.json").read_text())
+    assert summary["default_condition"] == "b1-t32-fp32-eager"
+    assert [e["validation_archs"] for e in summary["estimate"]] == [3]
+    assert "on the validation archs, which the fit did not see" in capsys.readouterr().out
     assert bench.query(bench.sample(5), "latency_ms", device=label)["latency_ms"].is_finite().all()
 
 

@@ -74,6 +74,7 @@ SOURCES = ("auto", "results", "published")
 # the family of the surrogates of devices adapted from a few measured archs (`hwgptbench adapt`,
 # stored with those archs' measurements under layout.adapted(scale)/{device}/)
 ADAPTED = "adapted"
+ADAPTED_SUMMARY = "adapted.json"  # beside an adapted device's surrogates: its default condition
 BEST = "best"  # the family that scored best out of fold, per (metric, device, condition)
 TARGET_KEYS = ["metric", "device", "condition"]
 TABLE_FIX = "delete it and rerun the workflow (`make run`), or pull it again (`make pull`)"
@@ -211,6 +212,29 @@ def _surrogate_rows(folder: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def adapted_defaults(folder: Path) -> dict[str, str]:
+    """The default condition of each device adapted under ``folder`` (``adapted.json`` of
+    `hwgptbench adapt`; a device without one has none); a value that is no condition id is
+    refused."""
+    defaults = {}
+    for path in sorted(folder.glob(f"*/{ADAPTED_SUMMARY}")):
+        summary = read_json(path, "adapt the device again (`hwgptbench adapt`)")
+        condition = summary.get("default_condition") if isinstance(summary, dict) else None
+        if not isinstance(condition, str) or not _is_condition_id(condition):
+            raise QueryError(f"{path}: default_condition {_shown(condition)} is not a condition "
+                             "id: adapt the device again (`hwgptbench adapt`)")
+        defaults[path.parent.name] = condition
+    return defaults
+
+
+def _is_condition_id(text: str) -> bool:
+    """Whether ``text`` is a condition's id, as :attr:`Condition.id` writes it."""
+    try:
+        return Condition.from_id(text).id == text
+    except ValueError:
+        return False
+
+
 def _spaces(rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
     """The search spaces (name, definition) that index rows were fitted on."""
     return {(row["space_name"], row["space"]) for row in rows}
@@ -235,6 +259,7 @@ class RunTables:
     measurements: pl.DataFrame | None
     perplexities: pl.DataFrame | None
     default_condition: str | None  # the measure params' first condition
+    adapted_defaults: dict[str, str] = field(default_factory=dict)  # of each adapted device
 
     @classmethod
     def read(cls, scale: str, top: str) -> RunTables:
@@ -249,7 +274,17 @@ class RunTables:
         return cls(surrogates, _surrogate_rows(surrogates), _surrogate_rows(adapted),
                    pl.concat(measured, how="diagonal_relaxed") if measured else None,
                    read_parquet(perplexity, TABLE_FIX) if perplexity.exists() else None,
-                   measured_default(Path(layout.params_sections(top)) / "measure.json"))
+                   measured_default(Path(layout.params_sections(top)) / "measure.json"),
+                   adapted_defaults(adapted))
+
+    def default_conditions(self) -> dict[str, str]:
+        """The condition a query of each device here takes when it names none: the measure
+        params' first, or for a device only adapted here the one `hwgptbench adapt` chose."""
+        own = {row["device"] for row in self.rows if row["metric"] not in DEVICE_FREE}
+        defaults = (dict.fromkeys(self.fitted_devices(), self.default_condition)
+                    if self.default_condition else {})
+        return defaults | {device: condition for device, condition
+                           in self.adapted_defaults.items() if device not in own}
 
     def fitted_devices(self) -> set[str]:
         """The devices with hardware surrogates here (fitted or adapted)."""
@@ -292,7 +327,8 @@ class Benchmark:
         which).
 
         Devices adapted with `hwgptbench adapt` (``{scale}/adapted/``) are queried through their
-        adapted surrogate wherever ``family`` has no surrogate of their (metric, condition).
+        adapted surrogate wherever ``family`` has no surrogate of their (metric, condition); a
+        query of one that names no condition takes the one `adapt` chose (``adapted.json``).
 
         ``source`` ``results`` reads the run's results only, ``published`` the tables shipped
         with the package (:meth:`from_published`), ``auto`` both where the scale's tables ship:
@@ -332,7 +368,8 @@ class Benchmark:
     def _of_run(cls, scale: str, family: str, run: RunTables) -> Benchmark:
         """The benchmark of a run's results alone (its surrogates and adapted devices)."""
         return cls._assemble(scale, [(run.surrogates, run.rows)], run.adapted, family,
-                             run.measurements, run.perplexities, run.default_condition)
+                             run.measurements, run.perplexities,
+                             run.default_conditions() or run.default_condition)
 
     @classmethod
     def _union(cls, scale: str, top: str, family: str, run: RunTables) -> Benchmark:
@@ -365,8 +402,7 @@ class Benchmark:
             measured.insert(0, run.measurements)
         defaults = {label: condition for label, condition
                     in published.default_conditions(scale).items() if label not in fitted}
-        if run.default_condition:
-            defaults |= dict.fromkeys(fitted, run.default_condition)
+        defaults |= run.default_conditions()
         return cls._assemble(
             scale, [(run.surrogates, run.rows), (shipped, kept)], run.adapted, family,
             pl.concat(measured, how="diagonal_relaxed") if measured else None,

@@ -144,7 +144,8 @@ class HWGPT:
 
     ``base_path`` is an existing folder whose ``results/`` is read (HW-GPT-Bench: its
     checkout); a shipped scale answers for its shipped devices and those measured or adapted
-    there (:meth:`Benchmark.load <hwgptbench.api.Benchmark.load>`).
+    there (:meth:`Benchmark.load <hwgptbench.api.Benchmark.load>`), each named by its label
+    (``device_list``; an adapted device at the condition `hwgptbench adapt` chose).
     ``use_supernet_surrogate`` adds ``perplexity`` and ``accuracy`` to every :meth:`query`, as
     HW-GPT-Bench's supernet evaluation did. ``prefer_measured`` answers every metric with its
     measured (or published) value where the arch has one, and the surrogate's elsewhere;
@@ -227,7 +228,9 @@ class HWGPT:
                     f"{device!r}; ")
         raise QueryError(f"{borrowed}devices with tables here: "
                          f"{', '.join(self.device_list) or 'none'} (measure yours: "
-                         "docs/guide.md, 'Adding a device')")
+                         "docs/guide.md, 'Adding a device'; or adapt it from a few measured "
+                         "archs, whose label then names it here: `hwgptbench adapt`, "
+                         "docs/transfer.md)")
 
     def compute_predictions_ppl(self) -> float:
         """Perplexity of the current arch (published where it was, else predicted)."""

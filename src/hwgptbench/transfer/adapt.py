@@ -1,35 +1,47 @@
 """Adapting the benchmark to a new device from k measured archs (`hwgptbench adapt`).
 
-The measurement table of the benchmark gives the sources (every device and condition but the
-new device); the new device's rows come from a file (checked by :mod:`.measurements`) or are
-measured here through the measurement stage's own code
-(:func:`hwgptbench.meters.campaign.measure_rows`). For each metric and condition of the new
-device, k of its measured archs are selected, an :class:`~.model.AdaptedSurrogate` is fitted
-and saved, with the rows, under ``results/{scale}/adapted/{device}/``, where
-``Benchmark.load`` finds them.
+The sources are every other device's measurements: the run's measurement table where it
+exists, and the package's device tables of a scale that ships them (:func:`default_sources`),
+so a fresh install adapts a shipped scale with nothing measured but the new device. The new
+device's rows come from a file (checked by :mod:`.measurements`) or are measured here through
+the measurement stage's own code (:func:`hwgptbench.meters.campaign.measure_rows`). For each
+metric and condition of the new device, k of its measured archs are selected, an
+:class:`~.model.AdaptedSurrogate` is fitted and saved, with the rows, under
+``results/{scale}/adapted/{device}/``, where ``Benchmark.load`` finds them; ``adapted.json``
+beside them holds the device's default condition and the estimate of each surrogate's error:
+its leave-one-out error on the k archs and, with validation archs (measured archs the fit did
+not see), its Spearman ρ, share within ±10%, MdAPE and interval coverage on them.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
+from tqdm import tqdm
 
-from ..io import write_parquet
+from .. import layout, published
+from ..api import ADAPTED_SUMMARY
+from ..io import canonical_json, write_parquet
 from ..meters.campaign import conditions, measure_rows
+from ..meters.condition import CONDITION_KEYS, Condition, with_condition_columns
 from ..meters.device import default_device
 from ..metrics import measurement_frame
 from ..outputs import replace_dir
 from ..predictors.features import feature_matrix
 from ..predictors.store import save_surrogate
 from ..settings.sections import MeasureSettings, TransferSettings
-from ..space import Arch, SearchSpace
+from ..space import Arch, SearchSpace, read_archs
+from .evaluate import scores
+from .measurements import REQUIRED, check_measurements, read_measurements
 from .methods import make_method
 from .model import AdaptedSurrogate
 from .selection import select
@@ -39,21 +51,101 @@ from .targets import Profiles, TransferError, long_table, targets_of
 log = logging.getLogger(__name__)
 
 MEASURED = "measurements.parquet"
+SUMMARY = ADAPTED_SUMMARY  # the device's default condition and the estimate of its errors
 LABEL = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+SOURCE_COLUMNS = (*REQUIRED, "device")
+
+
+def adaptation_space(scale: str, params_spaces: dict[str, Any]) -> SearchSpace:
+    """The space to adapt ``scale`` in: that of its shipped tables where the package ships the
+    scale (params' ``spaces.{scale}`` must hold the same choices, in any order), else params'."""
+    if scale not in published.scales():
+        if scale not in params_spaces:
+            raise TransferError(f"unknown scale {scale!r}: the params define the spaces "
+                                f"{', '.join(params_spaces)} and the package ships "
+                                f"{', '.join(published.scales()) or 'none'}")
+        return SearchSpace.from_dict(scale, params_spaces[scale])
+    shipped = published.space(scale)
+    if scale in params_spaces:
+        own = SearchSpace.from_dict(scale, params_spaces[scale])
+        if _choices(own) != _choices(shipped):
+            raise TransferError(f"params' spaces.{scale} {own.to_dict()} is not the space of "
+                                f"the shipped {scale} tables {shipped.to_dict()}: the sources "
+                                f"and queries of {scale} are in the shipped one; restore "
+                                f"spaces.{scale} to it")
+    return shipped
+
+
+def _choices(space: SearchSpace) -> dict[str, Any]:
+    """A space's definition with each list of choices as a set: the same archs, any order."""
+    return {key: frozenset(value) if isinstance(value, list) else value
+            for key, value in space.to_dict().items()}
+
+
+def default_sources(scale: str, results: str, space: SearchSpace) -> pl.DataFrame:
+    """The source devices' rows: the run's measurement table of ``scale`` where it exists,
+    and every shipped device table of the scale (all conditions) whose label it lacks."""
+    local = Path(layout.measurements(scale, results))
+    tables = []
+    if local.exists() or scale not in published.scales():
+        tables.append(read_measurements(local, space, "--sources", SOURCE_COLUMNS))
+    here = set(tables[0]["device"]) if tables else set()
+    if scale in published.scales():
+        for label, table in published.device_tables(scale).items():
+            if label not in here:
+                tables.append(check_measurements(table, space, f"the shipped {scale} table of "
+                                                 f"{label}", SOURCE_COLUMNS))
+    if not tables:
+        raise TransferError(f"no source devices of {scale}: no {local} (`make run` writes it) "
+                            f"and no shipped {scale} device table; give --sources FILE")
+    return pl.concat(tables, how="diagonal_relaxed")
+
+
+def candidate_archs(scale: str, results: str) -> list[Arch]:
+    """The archs to select from when measuring here: the run's archs table of ``scale``, else
+    the archs of the scale's shipped perplexity table."""
+    own = Path(layout.archs(scale, results))
+    if own.exists() or scale not in published.scales():
+        return read_archs(own)
+    return [Arch.from_id(a) for a in published.perplexity_table(scale)["arch_id"]]
+
+
+@dataclass(frozen=True)
+class MeasuredHere:
+    """Rows measured on this machine, and which of their archs the fit takes (the others
+    validate it)."""
+
+    table: pl.DataFrame
+    fit_archs: frozenset[str]
 
 
 def measure_for_adaptation(measure_section: MeasureSettings, space: SearchSpace,
                            candidates: Sequence[Arch], vocab_size: int, label: str, k: int,
-                           selection: str, seed: int) -> pl.DataFrame:
+                           selection: str, seed: int, validate: int = 0) -> MeasuredHere:
     """Measure k of the candidate archs on this machine under every condition of the measure
-    section, labelled ``label`` (which must name this hardware, as in the measure stage); the
-    archs are selected on the first condition's features."""
-    first = conditions(measure_section, space, default_device())[0]
+    section, labelled ``label`` (which must name this hardware, as in the measure stage), and
+    ``validate`` more drawn at random from the rest; the k are selected on the first
+    condition's features."""
+    runs = conditions(measure_section, space, default_device())
+    first = runs[0]
     features = feature_matrix(space, candidates, vocab_size, first.batch_size, first.seq_len)
-    chosen = [candidates[i] for i in select(selection, features, k, seed)]
-    log.info("measuring %d archs (%s selection) on %s", len(chosen), selection, label)
-    rows = measure_rows(measure_section, space, chosen, vocab_size, label, desc="adapt")
-    return measurement_frame(rows)
+    picked = select(selection, features, k, seed)
+    rest = np.setdiff1d(np.arange(len(candidates)), picked)
+    if validate > len(rest):
+        raise TransferError(f"--validate {validate}: only {len(rest)} candidate archs besides "
+                            f"the {k} to fit; give more candidates (--archs) or fewer")
+    held = np.random.default_rng(seed).choice(rest, size=validate, replace=False)
+    chosen = [candidates[i] for i in picked]
+    archs = chosen + [candidates[i] for i in np.sort(held)]
+    log.info("measuring %d archs (%s selection) and %d to validate on %s under %s",
+             len(chosen), selection, validate, label, ", ".join(c.id for c in runs))
+    rows: list[dict[str, Any]] = []
+    for condition in tqdm(runs, desc=f"adapt: {len(archs)} archs", unit="condition"):
+        only = replace(measure_section, batch_sizes=(condition.batch_size,),
+                       seq_lens=(condition.seq_len,), dtypes=(condition.dtype,),
+                       launch=(condition.launch,))
+        rows += measure_rows(only, space, archs, vocab_size, label, desc="adapt")
+    return MeasuredHere(measurement_frame(rows), frozenset(a.id for a in chosen))
 
 
 def _target_rows(table: pl.DataFrame, device: str) -> pl.DataFrame:
@@ -68,12 +160,54 @@ def _target_rows(table: pl.DataFrame, device: str) -> pl.DataFrame:
     return table.with_columns(device=pl.lit(device))
 
 
+@dataclass(frozen=True)
+class Split:
+    """Which measured archs of a condition fit its surrogate (k), and which validate it."""
+
+    k: int
+    selection: str
+    seed: int
+    validate: int = 0
+    fit_archs: Collection[str] | None = None
+
+    def indices(self, archs: Sequence[Arch], features: np.ndarray, name: str
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """Row indices of the k archs to fit and of the validation archs."""
+        if len(archs) < self.k:
+            raise TransferError(f"{name}: {len(archs)} measured archs, fewer than k = "
+                                f"{self.k}; measure more archs or lower --k")
+        if self.fit_archs is None:
+            chosen = select(self.selection, features, self.k, self.seed)
+        else:
+            chosen = np.flatnonzero([a.id in self.fit_archs for a in archs])
+            if len(chosen) < self.k:
+                raise TransferError(f"{name}: {len(chosen)} of the {self.k} archs measured to "
+                                    "fit have a value; measure again or lower --k")
+        rest = np.setdiff1d(np.arange(len(archs)), chosen)
+        if not self.validate:
+            return chosen, rest[:0]
+        if self.fit_archs is not None:
+            return chosen, rest
+        if len(rest) < self.validate:
+            raise TransferError(f"{name}: {len(rest)} measured archs besides the k = {self.k} "
+                                f"to fit, fewer than --validate {self.validate}; measure more "
+                                "archs or lower --validate")
+        held = np.random.default_rng(self.seed).choice(rest, size=self.validate, replace=False)
+        return chosen, np.sort(held)
+
+
 def adapt_device(section: TransferSettings, space: SearchSpace, vocab_size: int,
                  sources_table: pl.DataFrame, target_table: pl.DataFrame, device: str, k: int,
                  out_dir: str | os.PathLike[str], method: str | None = None,
-                 selection: str | None = None) -> list[dict[str, Any]]:
+                 selection: str | None = None, validate: int = 0,
+                 fit_archs: Collection[str] | None = None) -> list[dict[str, Any]]:
     """Fit and save an adapted surrogate per metric and condition of the new device; return one
-    summary per surrogate written (metric, condition, measured, k, method, sources, folder)."""
+    summary per surrogate written (metric, condition, measured, k, method, sources, folder and
+    the estimate of its error, :data:`ESTIMATE`).
+
+    The k archs of each condition are ``fit_archs`` (the archs measured to fit), else selected
+    from the measured ones; ``validate`` of the others (drawn at random; with ``fit_archs``,
+    all the others) validate the surrogate."""
     method = method or section.method
     selection = selection or section.selection
     target_table = _target_rows(target_table, device)
@@ -82,6 +216,7 @@ def adapt_device(section: TransferSettings, space: SearchSpace, vocab_size: int,
     sources_table = sources_table.filter(pl.col("device") != device)
     out = Path(out_dir) / device
     written: list[dict[str, Any]] = []
+    plan = Split(k, selection, section.seed, validate, fit_archs)
     with replace_dir(out, "adapt", flag="--device") as staging:
         for metric in section.metrics:
             targets = long_table(target_table, [metric])
@@ -93,19 +228,43 @@ def adapt_device(section: TransferSettings, space: SearchSpace, vocab_size: int,
                 log.warning("%s: no source device measured %s; %s needs sources, skipped",
                             device, metric, method)
                 continue
-            written += _adapt_metric(section, space, vocab_size, sources, targets, k, staging,
-                                     method, selection)
+            written += _adapt_metric(section, space, vocab_size, sources, targets, plan,
+                                     staging, method)
         if not written:
             raise TransferError(f"nothing adapted for {device}: no metric of "
                                 f"transfer.metrics ({', '.join(section.metrics)}) has both "
                                 "measured rows and source devices")
         write_parquet(target_table, staging / MEASURED)
+        _write_summary(staging / SUMMARY, device, target_table, written, plan, method)
     return [{**record, "folder": str(out / record["folder"])} for record in written]
 
 
+# the estimate of each surrogate's error, in its summary (None where not measured)
+ESTIMATE = ("loo_error", "validation_archs", "spearman", "within_10pct", "mdape", "coverage")
+
+
+def _estimate(model: AdaptedSurrogate, X: np.ndarray, values: np.ndarray) -> dict[str, Any]:
+    """The surrogate's leave-one-out error on its k archs (relative: exp(sigma) - 1, floored by
+    the sources' noise) and its scores on the validation archs X (measured ``values``)."""
+    record: dict[str, Any] = {"loo_error": float(np.expm1(model.method.sigma)),
+                              "validation_archs": len(values)}
+    if len(values) < 2:
+        return record | dict.fromkeys(ESTIMATE[2:])
+    predicted = model.predict(X)
+    low, high = model.predict_interval(X)
+    got = scores(values, predicted)
+    coverage = float(np.mean((values >= low) & (values <= high)))
+    return record | {key: _finite(got[key]) for key in ESTIMATE[2:5]} | {"coverage": coverage}
+
+
+def _finite(value: float) -> float | None:
+    """value, or None where it is NaN (a constant ranking has no Spearman ρ)."""
+    return None if math.isnan(value) else value
+
+
 def _adapt_metric(section: TransferSettings, space: SearchSpace, vocab_size: int,
-                  sources: pl.DataFrame, targets: pl.DataFrame, k: int, out: Path, method: str,
-                  selection: str) -> list[dict[str, Any]]:
+                  sources: pl.DataFrame, targets: pl.DataFrame, plan: Split, out: Path,
+                  method: str) -> list[dict[str, Any]]:
     """The adapted surrogates of every condition of one metric of the new device, written
     under ``out`` (each summary's folder relative to it)."""
     models = []
@@ -126,30 +285,49 @@ def _adapt_metric(section: TransferSettings, space: SearchSpace, vocab_size: int
     for target in targets_of(targets):
         rows = targets.filter(*target.matches())
         shape = (target.condition.batch_size, target.condition.seq_len)
-        if rows.height < k:
-            raise TransferError(f"{target.name}: {rows.height} measured archs, fewer than "
-                                f"k = {k}; measure more archs or lower --k")
         archs = [Arch.from_id(a) for a in rows["arch_id"]]
         X = feature_matrix(space, archs, vocab_size, *shape)
-        chosen = select(selection, X, k, section.seed)
+        chosen, held = plan.indices(archs, X, target.name)
+        values = rows["value"].to_numpy()
         model = AdaptedSurrogate(space, vocab_size, models, make_method(method, section),
                                  section.coverage)
         model.prepare(feature_matrix(space, reference, vocab_size, *shape), measured)
-        model.fit(X[chosen], rows["value"].to_numpy()[chosen])
+        model.fit(X[chosen], values[chosen])
         folder = out / target.metric / target.condition.id / AdaptedSurrogate.family
-        measured_archs = [archs[i].id for i in chosen]
         save_surrogate(model, folder, {
             "space_name": space.name, "space": space.to_dict(), "metric": target.metric,
             "device": target.device, "device_fingerprint": {},
-            "condition": target.condition.id, "training_rows": k,
+            "condition": target.condition.id, "training_rows": plan.k,
             "feature_args": {"vocab_size": vocab_size, "batch_size": shape[0],
                              "seq_len": shape[1]},
-            "transfer": {"method": method, "selection": selection, "k": k,
-                         "measured_archs": measured_archs,
+            "transfer": {"method": method, "selection": plan.selection, "k": plan.k,
+                         "measured_archs": [archs[i].id for i in chosen],
                          "sources": [m.target.name for m in models]}})
+        estimate = _estimate(model, X[held], values[held])
         log.info("%s: %s from %d measured archs and %d sources (leave-one-out error %.1f%%)",
-                 target.name, method, k, len(models), 100 * np.expm1(model.method.sigma))
+                 target.name, method, plan.k, len(models), 100 * estimate["loo_error"])
         written.append({"metric": target.metric, "condition": target.condition.id,
-                        "measured": rows.height, "k": k, "method": method,
-                        "sources": len(models), "folder": str(folder.relative_to(out))})
+                        "measured": rows.height, "k": plan.k, "method": method,
+                        "sources": len(models), **estimate,
+                        "folder": str(folder.relative_to(out))})
     return written
+
+
+def _write_summary(path: Path, device: str, table: pl.DataFrame,
+                   written: Sequence[dict[str, Any]], plan: Split, method: str) -> None:
+    """``adapted.json``: the device's default condition (by the shipped tables' rule,
+    :func:`published.default_condition_of`, among the conditions adapted) and each
+    surrogate's estimate."""
+    adapted = {record["condition"] for record in written}
+    filled = with_condition_columns(table)
+    if "status" not in filled.columns:
+        filled = filled.with_columns(status=pl.lit("ok"))
+    ids = [Condition(**row).id for row in filled.select(CONDITION_KEYS).iter_rows(named=True)]
+    rows = filled.filter(pl.Series(ids).is_in(adapted))
+    summary = {"device": device, "default_condition": published.default_condition_of(rows),
+               "method": method, "selection": plan.selection, "k": plan.k,
+               "validation": ("archs measured here beside the k" if plan.fit_archs is not None
+                              else "measured rows not among the k"),
+               "estimate": [{key: record[key] for key in ("metric", "condition", *ESTIMATE)}
+                            for record in written]}
+    path.write_text(canonical_json(summary), encoding="utf-8")

@@ -7,6 +7,7 @@ import argparse
 import logging
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -68,38 +69,85 @@ def cmd_transfer(args: argparse.Namespace) -> None:
 
 def cmd_adapt(args: argparse.Namespace) -> None:
     """Adapt the hardware surrogates to a new device from k measured archs (measured on this
-    machine, or read from --measurements), for `Benchmark.query` and `hwgptbench query`."""
+    machine, or read from --measurements), for `Benchmark.query` and `hwgptbench query`; print
+    each surrogate's estimated error (leave-one-out, and on --validate archs)."""
     from ..meters.campaign import device_label
     from ..outputs import check_output_dir
-    from .adapt import adapt_device, measure_for_adaptation
-    from .measurements import REQUIRED, read_measurements
+    from .adapt import (
+        SOURCE_COLUMNS,
+        SUMMARY,
+        adapt_device,
+        adaptation_space,
+        candidate_archs,
+        default_sources,
+        measure_for_adaptation,
+    )
+    from .measurements import read_measurements
 
     out = Path(layout.adapted(args.scale, args.results))
     if args.measurements:  # else the label is this machine's, known once it is measured
         check_output_dir(out / layout.check_label(args.device, "--device"), "adapt", "--device")
     config = load(args, ["transfer", "measure", "spaces"])
-    section, space = TransferSettings.of(config["transfer"]), space_of(config, args.scale)
-    vocab = vocab_size(args)
+    section = TransferSettings.of(config["transfer"])
+    space = adaptation_space(args.scale, config["spaces"])
+    vocab = adaptation_vocab(args)
     k = args.k or section.report_k
     selection = args.selection or section.selection
-    sources = read_measurements(args.sources or layout.measurements(args.scale, args.results),
-                                space, "--sources", required=(*REQUIRED, "device"))
-    device = args.device
+    sources = (read_measurements(args.sources, space, "--sources", SOURCE_COLUMNS)
+               if args.sources else default_sources(args.scale, args.results, space))
+    device, fit_archs = args.device, None
     if args.measurements:
         target = read_measurements(args.measurements, space)
     else:
         measure = MeasureSettings.of(config["measure"])
         device = device_label(replace(measure, device=device), measure.threads)
-        candidates = read_archs(args.archs or layout.archs(args.scale, args.results))
-        target = measure_for_adaptation(measure, space, candidates, vocab, device, k,
-                                        selection, section.seed)
+        candidates = (read_archs(args.archs) if args.archs
+                      else candidate_archs(args.scale, args.results))
+        here = measure_for_adaptation(measure, space, candidates, vocab, device, k, selection,
+                                      section.seed, args.validate)
+        target, fit_archs = here.table, here.fit_archs
     written = adapt_device(section, space, vocab, sources, target, device, k, out, args.method,
-                           selection)
-    with pl.Config(tbl_rows=100, fmt_str_lengths=100, tbl_width_chars=200):
-        print(pl.DataFrame(written))
+                           selection, args.validate, fit_archs)
+    print_estimate(written, device, out / device / SUMMARY)
     print(f"query it: hwgptbench query --scale {args.scale} --results {args.results} "
-          f"--device {device} --metric {written[0]['metric']} "
-          f"--condition {written[0]['condition']} --arch ARCH_ID")
+          f"--device {device} --metric {written[0]['metric']} --metric perplexity "
+          f"--arch ARCH_ID --interval")
+
+
+def adaptation_vocab(args: argparse.Namespace) -> int:
+    """--vocab-size, else that of --data; without either, a scale whose tables ship takes their
+    vocabulary (the networks its sources were measured with), another the data stage's."""
+    from .. import published
+
+    if args.vocab_size or args.data or args.scale not in published.scales():
+        return vocab_size(args)
+    return published.vocab_size(args.scale)
+
+
+def _percent(name: str) -> pl.Expr:
+    """A column of fractions (null where not measured) as percentages, ``{name}_%``."""
+    return (pl.col(name).cast(pl.Float64) * 100).alias(f"{name}_%")
+
+
+def print_estimate(written: list[dict[str, Any]], device: str, summary: Path) -> None:
+    """The adapted surrogates, each with its estimated error (percentages)."""
+    table = pl.DataFrame(written).select(
+        "metric", "condition", "measured", "k", "method", "sources", _percent("loo_error"),
+        "validation_archs", pl.col("spearman").cast(pl.Float64), _percent("within_10pct"),
+        _percent("mdape"), _percent("coverage"))
+    with pl.Config(tbl_rows=100, tbl_cols=16, fmt_str_lengths=60, tbl_width_chars=200,
+                   float_precision=3, tbl_hide_dataframe_shape=True):
+        print(f"adapted {device} ({Path(summary).parent}); estimated error of each surrogate:")
+        print(table)
+    print("loo_error: RMS leave-one-out error on the k archs (relative; floored by the sources' "
+          "noise: the interval's scale)")
+    if not table["validation_archs"].sum():
+        print("no validation archs: --validate N measures N more archs (or takes N rows of "
+              "--measurements beyond the k) and scores the surrogate on them")
+    else:
+        print("spearman, within_10%, mdape, coverage: on the validation archs, which the fit "
+              "did not see")
+    print(f"written to {summary}")
 
 
 def measured_archs(text: str) -> int:
@@ -116,6 +164,18 @@ def measured_archs(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{k} is not in [2, {most}]: a fit needs 2 measured "
                                          "archs or more")
     return k
+
+
+def validation_archs(text: str) -> int:
+    """--validate: 0 (none) or a whole number of validation archs from 2 (a rank needs two)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n != 0 and n < 2:
+        raise argparse.ArgumentTypeError(f"{n} is neither 0 nor 2 or more: Spearman's ρ needs "
+                                         "2 archs or more")
+    return n
 
 
 def register(add: Add) -> None:
@@ -140,9 +200,14 @@ def register(add: Add) -> None:
     command.add_argument("--measurements", help="the new device's measured rows (parquet); "
                                                 "default: measure k archs on this machine")
     command.add_argument("--archs", help="candidate archs to measure (default: "
-                                         "{results}/{scale}/archs.parquet)")
+                                         "{results}/{scale}/archs.parquet, else the archs of "
+                                         "the scale's shipped perplexity table)")
     command.add_argument("--sources", help="measurements of the source devices (default: "
-                                           "{results}/{scale}/measurements.parquet)")
+                                           "{results}/{scale}/measurements.parquet and the "
+                                           "scale's shipped device tables)")
+    command.add_argument("--validate", type=validation_archs, default=0,
+                         help="archs to validate on, 2 or more: measured here besides the k "
+                              "(or rows of --measurements beyond the k); default: none")
     command.add_argument("--method", type=one_of("hwgptbench.transfer.methods", "METHODS"),
                          help="adaptation method (default: transfer.method; docs/transfer.md)")
     command.add_argument("--selection",
