@@ -19,7 +19,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from hwgptbench.settings.sections import SurrogateSettings
+    from hwgptbench.space import SearchSpace
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -127,6 +130,18 @@ def surrogate_settings(section: dict[str, Any]) -> SurrogateSettings:
 
     base = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["surrogate"]
     return SurrogateSettings.of(base | {"workers": 1} | section)
+
+
+def toy_perplexity_table(space: SearchSpace, n: int = 30, seed: int = 0) -> pl.DataFrame:
+    """A perplexity table of n archs of space whose perplexity falls with their size: what a
+    test fits surrogates on."""
+    import numpy as np
+    import polars as pl
+
+    archs = space.sample(n, seed=seed)
+    size = np.array([a.embed_dim * a.n_layer for a in archs], dtype=float)
+    return pl.DataFrame({"arch_id": [a.id for a in archs], "train_steps": 10,
+                         "perplexity": 100 / np.log(size + 2)})
 
 
 def use_test_params(repo: Path) -> None:

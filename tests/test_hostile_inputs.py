@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 import pytest
 import torch
@@ -27,7 +26,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO_ROOT, Hostile, make_project, run, surrogate_settings
+from conftest import REPO_ROOT, Hostile, make_project, run, surrogate_settings, toy_perplexity_table
 from hwgptbench import layout, params
 from hwgptbench.cli import main
 from hwgptbench.errors import UserError
@@ -91,10 +90,7 @@ def marker(tmp_path: Path) -> Iterator[Path]:
 def fitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A results folder with perplexity surrogates of two families and their blend."""
     root = tmp_path_factory.mktemp("fitted") / "results"
-    archs = SPACE.sample(30, seed=0)
-    size = np.array([a.embed_dim * a.n_layer for a in archs], dtype=float)
-    table = pl.DataFrame({"arch_id": [a.id for a in archs], "train_steps": 10,
-                          "perplexity": 100 / np.log(size + 2)})
+    table = toy_perplexity_table(SPACE)
     folder = Path(layout.surrogates("tiny", str(root)))
     surrogates.fit_perplexity(surrogate_settings(SECTION),
                               SPACE, VOCAB, table, folder / "perplexity")

@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import run, surrogate_settings
+from conftest import run, surrogate_settings, toy_perplexity_table
 from hwgptbench import layout
 from hwgptbench.cli import main
 from hwgptbench.lightgbm_core import (
@@ -270,10 +269,7 @@ ARCH = SPACE.sample(1, seed=3)[0]
 def fitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A results folder with a LightGBM perplexity surrogate."""
     root = tmp_path_factory.mktemp("fitted") / "results"
-    archs = SPACE.sample(30, seed=0)
-    size = np.array([a.embed_dim * a.n_layer for a in archs], dtype=float)
-    table = pl.DataFrame({"arch_id": [a.id for a in archs], "train_steps": 10,
-                          "perplexity": 100 / np.log(size + 2)})
+    table = toy_perplexity_table(SPACE)
     section = {"families": ["lightgbm"], "folds": 2, "min_rows": 10, "seed": 0,
                "coverage": 0.9, "lightgbm": {"num_iterations": 20, "num_leaves": 4,
                                              "min_data_in_leaf": 3}}
