@@ -48,6 +48,12 @@ def marker(command: str) -> dict[str, Any]:
     return {"format": FORMAT, "version": 1, "command": command}
 
 
+def write_marker(folder: Path, command: str) -> None:
+    """Write ``command``'s :data:`MARKER` into folder (atomically: a reader sees it whole)."""
+    with atomic_path(folder / MARKER) as tmp:
+        tmp.write_text(json.dumps(marker(command), sort_keys=True) + "\n")
+
+
 def _is_marker(value: Any, command: str) -> bool:
     return (isinstance(value, dict) and value.get("format") == FORMAT
             and value.get("command") == command)
@@ -233,7 +239,7 @@ def replace_dir(dest: str | os.PathLike[str], command: str,
     dest = check_output_dir(dest, command, flag)
     with atomic_dir(dest) as staging:
         yield staging
-        (staging / MARKER).write_text(json.dumps(marker(command), sort_keys=True) + "\n")
+        write_marker(staging, command)
 
 
 def make_own_dir(path: str | os.PathLike[str], command: str) -> Path:
@@ -248,7 +254,7 @@ def make_own_dir(path: str | os.PathLike[str], command: str) -> Path:
                                   f"made (no {MARKER} of it); move it away and rerun")
         return path
     path.mkdir(parents=True)
-    (path / MARKER).write_text(json.dumps(marker(command), sort_keys=True) + "\n")
+    write_marker(path, command)
     return path
 
 

@@ -14,7 +14,7 @@ import itertools
 import math
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from numbers import Integral, Real
@@ -355,6 +355,16 @@ class SearchSpace:
         n = min(self.n_layer)
         return Arch(min(self.embed_dim), n, (min(self.n_head),) * n, (min(self.mlp_ratio),) * n,
                     min(self.bias))
+
+    def first_invalid(self, arch_ids: Iterable[Any]) -> tuple[Any, InvalidArchError] | None:
+        """The first of ``arch_ids`` (a table's column, from outside) that is no canonical id
+        of an arch of this space, with why; None when each is one."""
+        for arch_id in dict.fromkeys(arch_ids):
+            try:
+                self.validate(Arch.from_id(arch_id))
+            except InvalidArchError as err:
+                return arch_id, err
+        return None
 
     def validate(self, arch: Arch) -> None:
         """Raise InvalidArchError naming the first field whose value is not a choice."""

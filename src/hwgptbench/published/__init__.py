@@ -37,8 +37,8 @@ from ..io import (
 )
 from ..meters.condition import CONDITION_KEYS, Condition, with_condition_columns
 from ..metrics import measured_bounds
-from ..outputs import MARKER, atomic_path, check_output_dir, marker
-from ..space import Arch, InvalidArchError, SearchSpace
+from ..outputs import MARKER, atomic_path, check_output_dir, write_marker
+from ..space import SearchSpace
 
 FOLDER = Path(__file__).parent
 MANIFEST = "manifest.json"
@@ -313,13 +313,12 @@ def _check_rows(table: pl.DataFrame, path: Path, types: Mapping[str, str],
 
 def _check_archs(table: pl.DataFrame, path: Path, space: SearchSpace, fix: str) -> None:
     """Refuse the first row whose arch id does not parse or is outside the space."""
-    for arch_id in table["arch_id"].unique(maintain_order=True):
-        try:
-            space.validate(Arch.from_id(arch_id))
-        except InvalidArchError as err:
-            row = table.select((pl.col("arch_id") == arch_id).arg_true().first()).item()
-            _refuse(table, path, "arch_id", row, f"not an arch of the space {space.name} "
-                    f"({err})", fix)
+    invalid = space.first_invalid(table["arch_id"])
+    if invalid is not None:
+        arch_id, err = invalid
+        row = table.select((pl.col("arch_id") == arch_id).arg_true().first()).item()
+        _refuse(table, path, "arch_id", row, f"not an arch of the space {space.name} ({err})",
+                fix)
 
 
 def check_perplexity_table(table: pl.DataFrame, path: Path, space: SearchSpace) -> None:
@@ -377,8 +376,7 @@ def _write(table: pl.DataFrame, dest: Path) -> dict[str, Any]:
 def _mark(folder: Path) -> None:
     """Write the folder's output marker of ship-tables, where it has none yet."""
     if not (folder / MARKER).is_file():
-        with atomic_path(folder / MARKER) as tmp:
-            tmp.write_text(json.dumps(marker(COMMAND), sort_keys=True) + "\n")
+        write_marker(folder, COMMAND)
 
 
 def fingerprint_of(table: pl.DataFrame) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from ..meters.condition import (
 )
 from ..metrics import METRICS, Metric
 from ..params import schema_file
-from ..space import Arch, InvalidArchError, SearchSpace
+from ..space import SearchSpace
 from .targets import TransferError
 
 REQUIRED = ("arch_id", "batch_size", "seq_len", "dtype")
@@ -192,13 +192,12 @@ def _check_conditions(table: pl.DataFrame, where: str) -> None:
 
 def _check_archs(table: pl.DataFrame, space: SearchSpace, where: str) -> None:
     """Every arch id is canonical and an arch of the scale's space."""
-    for arch_id in table["arch_id"].unique().to_list():
-        try:
-            space.validate(Arch.from_id(arch_id))
-        except InvalidArchError as err:
-            _refuse_rows(table, "arch_id", table["arch_id"] == arch_id, where,
-                         f"is not an arch of space {space.name!r} ({err})",
-                         "give the archs' ids as the archs table of the scale writes them")
+    invalid = space.first_invalid(table["arch_id"])
+    if invalid is not None:
+        arch_id, err = invalid
+        _refuse_rows(table, "arch_id", table["arch_id"] == arch_id, where,
+                     f"is not an arch of space {space.name!r} ({err})",
+                     "give the archs' ids as the archs table of the scale writes them")
 
 
 def _check_values(table: pl.DataFrame, metric: Metric, where: str) -> None:
