@@ -25,10 +25,11 @@ import time
 import polars as pl
 
 from hwgptbench.io import write_parquet
-from hwgptbench.transfer import external, fewshot
+from hwgptbench.transfer import external, external_eval
+from hwgptbench.transfer.evaluate import BASELINES
+from hwgptbench.transfer.methods import METHODS
 
-MAIN = ("ensemble", "table_prior_cv", "table_prior", "select", "source_ridge", "feature_ridge",
-        "best_source", "nearest_source", "flops", "params")
+MAIN = (*METHODS, *BASELINES)
 
 
 def _cell(row: dict, score: str = "spearman") -> str:
@@ -79,7 +80,7 @@ def _over_k(summary: pl.DataFrame, targets: tuple[str, ...], ks: list[int], test
 def _bounds(data: external.ExternalSet, targets: tuple[str, ...]) -> str:
     cells = []
     for target in targets:
-        bound = fewshot.own_cv(data, target)
+        bound = external_eval.own_cv(data, target)
         cells.append(f"{bound['spearman']:.3f} / {bound['within_10pct']:.2f}")
     return "\n".join(["| bound | " + " | ".join(targets) + " |",
                       "|---" + "|---:" * len(targets) + "|",
@@ -94,11 +95,11 @@ def drop_first(table: external.DeviceTable, count: int) -> external.DeviceTable:
 
 
 def run(data: external.ExternalSet, split: external.Split, ks: list[int], seeds: int,
-        report_k: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+        report_k: int, methods: list[str] | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Evaluate one split and print its tables."""
     start = time.perf_counter()
-    quality = fewshot.evaluate_split(data, split, ks, seeds)
-    summary = fewshot.summarize(quality)
+    quality = external_eval.evaluate_split(data, split, ks, seeds, methods)
+    summary = external_eval.summarize(quality)
     tests = summary["test"].unique(maintain_order=True).to_list()
     print(f"\n## {split.name}: k = {report_k}, {seeds} seeds "
           f"({time.perf_counter() - start:.0f} s)")
@@ -129,15 +130,19 @@ def main() -> None:
                              "rows suspected of a measurement artefact)")
     parser.add_argument("--only", nargs="+", default=[], metavar="SPLIT",
                         help="evaluate only these splits (names as printed)")
+    parser.add_argument("--methods", nargs="+", default=None, metavar="NAME",
+                        help="methods and baselines to score (default: all)")
     parser.add_argument("--out", help="parquet of every quality row (summary beside it)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     runs = []
     if args.help_fbnet:
-        runs.append((external.load_help_fbnet(args.help_fbnet), [external.SPLITS["help_fbnet"]]))
+        runs.append((external.load_help_fbnet(args.help_fbnet),
+                     [external.SPLITS[s] for s in ("help_validation", "fbnet_unused",
+                                                   "help_fbnet")]))
     if args.hat:
-        runs.append((external.load_hat(args.hat), [external.SPLITS["hat_wmt14ende"],
-                                                   external.SPLITS["hat_wmt14enfr"]]))
+        runs.append((external.load_hat(args.hat), [external.SPLITS["hat_wmt14enfr"],
+                                                   external.SPLITS["hat_wmt14ende"]]))
     if args.gpt:
         data = external.load_gpt_tables(args.gpt)
         runs.append((data, [external.gpt_split(data)]))
@@ -153,7 +158,8 @@ def main() -> None:
         for split in splits:
             if args.only and split.name not in args.only:
                 continue
-            quality, summary = run(data, split, args.ks, args.seeds, args.report_k)
+            quality, summary = run(data, split, args.ks, args.seeds, args.report_k,
+                                   args.methods)
             qualities.append(quality)
             summaries.append(summary)
     if args.out:

@@ -38,7 +38,7 @@ from tqdm import tqdm
 from .. import published
 from ..settings.sections import TransferSettings
 from ..space import Arch, SearchSpace
-from .methods import Design, Method, make_method
+from .methods import Design, Method, gpt_linear, make_method
 from .selection import select
 from .sources import condition_features, cross_fitted
 from .targets import TARGET_KEYS, Profiles, Target, hardware_of, long_table
@@ -85,6 +85,7 @@ class Case:
     z: np.ndarray               # log values of those rows
     reference: Design           # every arch of the profiles, sources' out-of-fold predictions
     source_logs: np.ndarray     # the sources' measured log values of the rows (else predicted)
+    features: np.ndarray        # the rows' feature vectors (what the k archs are selected on)
 
     @property
     def design(self) -> Design:
@@ -113,8 +114,8 @@ def held_out_case(profiles: Profiles, oof: np.ndarray, features: np.ndarray, j: 
     measured = np.log(profiles.values[grid])
     source_logs = np.where(np.isnan(measured), oof[grid], measured)
     return Case(j, rows, np.log(profiles.values[rows, j]),
-                Design(features, oof[:, others], np.log(profiles.values[:, others])),
-                source_logs)
+                Design(gpt_linear(features), oof[:, others], np.log(profiles.values[:, others])),
+                source_logs, features[rows])
 
 
 def adapt_predictions(case: Case, method: Method, chosen: np.ndarray) -> np.ndarray:
@@ -137,7 +138,7 @@ def baseline_predictions(case: Case, name: str, chosen: np.ndarray
     """(ranking, log predictions) of all the case's archs by a baseline from the rows chosen."""
     z = case.z[chosen]
     if name in ("flops", "params"):
-        proxy = case.design.features[:, -1 if name == "flops" else -2].astype(np.float64)
+        proxy = case.design.linear[:, -2 if name == "flops" else -1]
         intercept, slope = _line(proxy[chosen], z)
         return proxy, intercept + slope * proxy
     if name == "nearest_source":
@@ -187,7 +188,7 @@ def evaluate_case(case: Case, methods: Mapping[str, Method], section: TransferSe
             seeds = ([section.seed] if selection == "designed" else
                      [section.seed + i for i in range(section.seeds)])
             for seed in seeds:
-                chosen = select(selection, case.design.features, k, seed)
+                chosen = select(selection, case.features, k, seed)
                 test = np.setdiff1d(np.arange(n), chosen)
                 common = {**base, "selection": selection, "k": k, "seed": seed,
                           "n_test": len(test), "status": "ok"}

@@ -92,37 +92,48 @@ class Split:
     ``train`` archs without the 10% fastest and slowest on the target; scored on the next
     ``query`` archs, likewise trimmed), and also on every arch outside the k; ``all``: the k
     archs from all of the target's archs, scored on all the others. ``sources`` empty: every
-    table whose device (``device_of``) differs from the target's."""
+    table whose device (``device_of``) differs from the target's, except ``exclude``.
+    ``role``: ``choice`` (the methods are chosen on it) or ``report`` (scored, never chosen
+    on)."""
 
     name: str
     targets: tuple[str, ...]
     sources: tuple[str, ...] = ()
+    role: str = "report"
+    exclude: tuple[str, ...] = ()
     protocol: str = "all"
     train: int = 4000
     query: int = 1000
     published: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
+HELP_TRAIN = ("1080ti_1", "1080ti_32", "1080ti_64", "silver_4114", "silver_4210r", "samsung_a50",
+              "pixel3", "essential_ph_1", "samsung_s7")
+HELP_VALIDATION = ("titanx_1", "titanx_32", "titanx_64", "gold_6240")
+FBNET_UNUSED = ("2080ti_1", "2080ti_32", "2080ti_64", "gold_6226", "pixel2", "titan_rtx_1",
+                "titan_rtx_32", "titan_rtx_64", "titanxp_1", "titanxp_32", "titanxp_64")
 HELP_FBNET_SPLIT = Split(
-    "help_fbnet", targets=("raspi4", "eyeriss", "fpga"),
-    sources=("1080ti_1", "1080ti_32", "1080ti_64", "silver_4114", "silver_4210r", "samsung_a50",
-             "pixel3", "essential_ph_1", "samsung_s7"),
-    protocol="help",
+    "help_fbnet", targets=("raspi4", "eyeriss", "fpga"), sources=HELP_TRAIN, protocol="help",
     # HELP's README, Table 2 (FBNet, 10 samples of the target): Spearman
     published={"HELP": {"raspi4": 0.887, "eyeriss": 0.943, "fpga": 0.892, "mean": 0.910},
                "MAML": {"raspi4": 0.718, "eyeriss": 0.763, "fpga": 0.727, "mean": 0.736},
                "Meta-SGD": {"raspi4": 0.821, "eyeriss": 0.822, "fpga": 0.776, "mean": 0.806}})
 
 
-def hat_split(task: str) -> Split:
-    """HAT's three devices of one task, each held out in turn; the sources are every table of
-    another device (of any task)."""
-    return Split(f"hat_{task}", targets=tuple(f"{task}_{d}" for d in HAT_DEVICES))
-
-
 HAT_DEVICES = ("cpu_raspberrypi", "cpu_xeon", "gpu_titanxp")
-SPLITS = {"help_fbnet": HELP_FBNET_SPLIT, "hat_wmt14ende": hat_split("wmt14ende"),
-          "hat_wmt14enfr": hat_split("wmt14enfr")}
+HAT_REPORT = tuple(f"wmt14ende_{d}" for d in HAT_DEVICES)
+# The methods are chosen on the choice splits and scored, unchanged, on the report splits;
+# no report target is ever a source of a choice split.
+SPLITS = {
+    "help_validation": Split("help_validation", HELP_VALIDATION, HELP_TRAIN, role="choice",
+                             protocol="help"),
+    "fbnet_unused": Split("fbnet_unused", FBNET_UNUSED, HELP_TRAIN, role="choice",
+                          protocol="help"),
+    "hat_wmt14enfr": Split("hat_wmt14enfr", tuple(f"wmt14enfr_{d}" for d in HAT_DEVICES),
+                           role="choice", exclude=HAT_REPORT),
+    "help_fbnet": HELP_FBNET_SPLIT,
+    "hat_wmt14ende": Split("hat_wmt14ende", HAT_REPORT),
+}
 
 
 def device_of(name: str) -> str:
@@ -283,15 +294,15 @@ def load_hat(folder: str | Path) -> ExternalSet:
 
 # --- this project's measurement tables ------------------------------------------------------
 
-GPT_FEATURES = ("log_flops", "log_params", "n_layer", "log_embed_dim", "log_heads",
-                "log_mlp_width", "bias")
+GPT_FEATURES = ("n_layer", "log_embed_dim", "log_heads", "log_mlp_width", "bias")
 
 
-def gpt_features(arch_ids: Sequence[str], flops: np.ndarray, params: np.ndarray) -> np.ndarray:
-    """Analytic features of GPT archs (``GPT_FEATURES``) from their ids and counts."""
+def gpt_features(arch_ids: Sequence[str]) -> np.ndarray:
+    """Analytic features of GPT archs (``GPT_FEATURES``) from their ids (the evaluation adds
+    log FLOPs and log parameters, as :func:`hwgptbench.transfer.methods.gpt_linear` has)."""
     archs = [Arch.from_id(a) for a in arch_ids]
     return np.column_stack([
-        np.log(flops), np.log(params), [a.n_layer for a in archs],
+        [a.n_layer for a in archs],
         np.log([a.embed_dim for a in archs]), np.log([sum(a.n_head) for a in archs]),
         np.log([a.embed_dim * float(sum(a.mlp_ratio)) for a in archs]),
         [float(a.bias) for a in archs]]).astype(np.float64)
@@ -311,7 +322,7 @@ def load_gpt_tables(paths: Sequence[str | Path], metric: str = "latency_ms") -> 
             name = f"{device}/b{batch}-t{seq}-{dtype}-{launch}"
             flops, params = (part[c].cast(pl.Float64).to_numpy() for c in ("flops", "params"))
             tables[name] = DeviceTable(name, part["arch_id"].to_numpy(),
-                                       gpt_features(part["arch_id"].to_list(), flops, params),
+                                       gpt_features(part["arch_id"].to_list()),
                                        part[metric].to_numpy().astype(np.float64), flops, params)
     if not tables:
         raise ExternalDataError(f"no ok {metric} rows in {', '.join(map(str, paths))}")

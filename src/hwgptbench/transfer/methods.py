@@ -1,89 +1,118 @@
-"""Adaptation methods: a model of a new target's log(value) per arch from k measured archs.
+"""The few-shot transfer methods: a model of a new target's log(value) per arch from k measured
+archs, for this project's devices (`hwgptbench adapt`, the transfer stage) and for other
+projects' public data (:mod:`.external_eval`) alike.
 
-Each method is prepared on a reference set of archs with what the *sources* say about them
-(never the target's values), then fitted on the k measured rows of the target:
+Every method sees a :class:`Design`: linear features of the archs (any kind of vector; the
+last two columns are log FLOPs and log parameters), the sources' log profiles of the archs and,
+on the reference archs it is prepared on, the sources' measured log values. It is prepared on
+the reference (never the target's values), fitted on the k measured rows of the target, and
+reports ``sigma``, the leave-one-out residual scale of the k rows in log units (floored), from
+which intervals are drawn. ``state()`` holds everything needed to predict, as JSON values.
 
-- ``ridge`` (simple baseline): ridge regression of log(value) on analytic features of the
-  target's condition (log FLOPs, log parameters, layers, log widths, bias), standardised over
-  the reference archs; the penalty is chosen by exact leave-one-out error on the k rows.
-- ``meta_ridge`` (learned transfer, the default): the same linear model, with a Gaussian prior
-  over its slopes learned from the sources' measured values (a precision-weighted mixture of
-  the sources' own lines, weighted again by how well each explains the k rows); MAP.
-- ``basis`` (learned transfer): the source targets' log predictions, centred, span a low-rank
-  basis (SVD over the reference archs); a new target is an offset plus a combination of the
-  basis with a Gaussian prior learned from the sources (mean and covariance of the sources'
-  own coefficients; noise from how well each source is spanned by the others); MAP.
-- ``boost``: ``meta_ridge``, then LightGBM boosting of its residuals on the target's features
-  (``init_score`` = its prediction): corrects what the linear model misses once k is large.
+- ``table_prior``: Bayesian linear regression on the standardised linear features (a Gaussian
+  process with a linear kernel and a free intercept) under the sources' prior: mean = the mean
+  of the sources' least-squares lines, covariance = ``PRIOR_SCALE`` x their covariance + a
+  floor, noise = a factor x their mean residual variance. Its settings are chosen per target
+  by exact leave-one-out error on the k archs: log or relative (value / mean) scale, noise
+  factor, and, for indicator features of (block, group) (HELP's (layer, op)), a tie of
+  strength τ: a group's deviation from the prior shared by every block.
+- ``source_ridge``: ridge of the target's log values on the sources' centred log profiles
+  (penalty by leave-one-out): a learned combination of the source devices.
+- ``feature_ridge``: ridge on the standardised linear features from the k archs alone.
+- ``flops_line``: a log-log line through the k archs on the FLOPs count.
+- ``ensemble`` (the default): the mean log prediction of the four above, weighted by the
+  inverse of each one's mean squared leave-one-out error on the k archs (equal weights below
+  ``MIN_LOO`` archs).
 
-Every method reports ``sigma``, the root mean squared leave-one-out residual of the k rows in
-log units (at least the sources' noise where a method learns one; ``meta_ridge``'s for
-``boost``), from which intervals are drawn.
+docs/transfer.md says how the family was chosen and what lost against it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import itertools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from ..lightgbm_core import booster_from_string, lgb
-from ..predictors.base import FIX
-from ..settings.sections import TransferSettings
-from .sources import train_booster
-
 RIDGE_ALPHAS = (1e-3, 1e-2, 0.1, 1.0, 10.0, 100.0, 1e3)
-SUMMARY_FEATURES = ("log_flops", "log_params", "n_layer", "log_embed_dim", "log_attention_width",
-                    "log_mlp_width", "bias")
+SCALES = ("log", "relative")
+TAUS = (0.0, 0.1, 0.3, 1.0)
+NOISE_FACTORS = (0.1, 1.0)
+PRIOR_SCALE = 2.0    # the sources' covariance of lines, widened
+SLOPE_FLOOR = 0.01   # prior sd floor of a feature's slope (standardised units)
+PROXY_FLOOR = 0.1    # prior sd floor of the slopes of log FLOPs and log parameters
+INTERCEPT = 100.0    # prior variance of the free intercept (log units)
+MIN_LOO = 3          # fewest archs on which a choice by leave-one-out is made
+NO_LOO_SIGMA = float(np.log(2.0))  # sigma without a leave-one-out error: a factor of 2
+DEFAULT_SIGMA_FLOOR = 0.02
+
+
+@dataclass(frozen=True)
+class Structure:
+    """What the linear features are: which columns are standardised (None: all) and, for
+    indicator features, the block (e.g. layer) and group (e.g. op) of each column, or None."""
+
+    standardise: np.ndarray | None = None
+    blocks: np.ndarray | None = None
+    groups: np.ndarray | None = None
 
 
 @dataclass
 class Design:
-    """What a method sees of n archs: surrogate features of the target's condition (n, d),
-    log predictions of the S source targets (n, S) and, for preparing on reference archs, the
-    sources' measured log values (n, S; NaN where a source did not measure an arch)."""
+    """What a method sees of n archs: linear features (n, d; log FLOPs and log parameters
+    last), the sources' log profiles (n, S), and on reference archs the sources' measured log
+    values (n, S; NaN where a source did not measure an arch); ``features`` are the archs'
+    full feature vectors (the surrogate features here), kept for callers that need them."""
 
-    features: np.ndarray
+    linear: np.ndarray
     sources: np.ndarray
     measured: np.ndarray | None = None
+    structure: Structure = field(default_factory=Structure)
 
     def rows(self, index: np.ndarray) -> Design:
         """The design of a subset of the archs."""
-        return Design(self.features[index], self.sources[index],
-                      None if self.measured is None else self.measured[index])
+        return Design(self.linear[index], self.sources[index],
+                      None if self.measured is None else self.measured[index], self.structure)
 
 
-def summary_features(features: np.ndarray) -> np.ndarray:
-    """The analytic columns of ``SUMMARY_FEATURES`` from a surrogate feature matrix
-    (``space.encode`` columns, then log parameters and log FLOPs)."""
+def gpt_linear(features: np.ndarray) -> np.ndarray:
+    """The linear features of GPT archs from their surrogate feature matrix (``space.encode``
+    columns, then log parameters and log FLOPs): layers, log embedding width, log attention
+    width, log MLP width, bias, log FLOPs, log parameters."""
     n_max = (features.shape[1] - 5) // 2
     embed = features[:, 0].astype(np.float64)
     heads = features[:, 3:3 + n_max].sum(1, dtype=np.float64)
     hidden = (features[:, 3 + n_max:3 + 2 * n_max] * features[:, :1]).sum(1, dtype=np.float64)
-    return np.column_stack([features[:, -1], features[:, -2], features[:, 1], np.log(embed),
-                            np.log(np.maximum(heads, 1)), np.log(np.maximum(hidden, 1)),
-                            features[:, 2]]).astype(np.float64)
-
-
-def penalized_fit(D: np.ndarray, z: np.ndarray, penalty: np.ndarray, prior: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Coefficients minimising |z - D θ|² + (θ - prior)ᵀ penalty (θ - prior), and the exact
-    leave-one-out residuals of that linear smoother."""
-    gram = D.T @ D + penalty + 1e-10 * np.eye(D.shape[1])
-    theta = np.linalg.solve(gram, D.T @ z + penalty @ prior)
-    hat = np.einsum("ij,ij->i", D, np.linalg.solve(gram, D.T).T)
-    loo = (z - D @ theta) / np.maximum(1 - hat, 1e-9)
-    return theta, loo
+    return np.column_stack([features[:, 1], np.log(embed), np.log(np.maximum(heads, 1)),
+                            np.log(np.maximum(hidden, 1)), features[:, 2], features[:, -1],
+                            features[:, -2]]).astype(np.float64)
 
 
 def _rms(values: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(values))))
 
 
+def ridge_fit(D: np.ndarray, z: np.ndarray, alphas: tuple[float, ...] = RIDGE_ALPHAS
+              ) -> tuple[np.ndarray, np.ndarray, float]:
+    """Ridge coefficients (column 0 a free intercept) with the penalty of least exact
+    leave-one-out error, those residuals and the penalty."""
+    best: tuple[float, np.ndarray, np.ndarray, float] | None = None
+    for alpha in alphas:
+        gram = D.T @ D + np.diag([0.0] + [alpha] * (D.shape[1] - 1)) + 1e-10 * np.eye(D.shape[1])
+        theta = np.linalg.solve(gram, D.T @ z)
+        hat = np.einsum("ij,ij->i", D, np.linalg.solve(gram, D.T).T)
+        loo = (z - D @ theta) / np.maximum(1 - hat, 1e-9)
+        if best is None or _rms(loo) < best[0]:
+            best = (_rms(loo), theta, loo, alpha)
+    if best is None:
+        raise ValueError("ridge has no penalty to choose from: alphas is empty")
+    return best[1], best[2], best[3]
+
+
 class Method(Protocol):
-    """An adaptation method (see the module doc)."""
+    """A transfer method (see the module doc)."""
 
     name: ClassVar[str]
     needs_sources: ClassVar[bool]
@@ -92,8 +121,12 @@ class Method(Protocol):
     def sigma(self) -> float:
         """Leave-one-out residual scale of the fit (log units)."""
 
+    @property
+    def loo(self) -> np.ndarray | None:
+        """Leave-one-out log residuals of the k archs (None where the fit cannot say)."""
+
     def prepare(self, reference: Design) -> None:
-        """Learn from the sources' predictions of the reference archs."""
+        """Learn from the sources over the reference archs."""
 
     def fit(self, design: Design, z: np.ndarray) -> None:
         """Adapt to the target's log values z of the k rows of design."""
@@ -105,293 +138,561 @@ class Method(Protocol):
         """Everything needed to predict, as JSON-compatible values."""
 
 
-class _Standardised:
-    """Analytic features standardised over the reference archs (shared by the ridges)."""
+class _Fitted:
+    """The leave-one-out residuals of a fit and the scale they give (floored)."""
+
+    sigma_floor: float = DEFAULT_SIGMA_FLOOR
+    _loo: np.ndarray | None = None
+
+    @property
+    def loo(self) -> np.ndarray | None:
+        """Leave-one-out log residuals of the k archs (None where the fit cannot say)."""
+        return self._loo
+
+    @property
+    def sigma(self) -> float:
+        """RMS leave-one-out residual (log units), at least ``sigma_floor``."""
+        if self._loo is None or not len(self._loo):
+            return NO_LOO_SIGMA
+        return max(_rms(self._loo), self.sigma_floor)
+
+
+class _Standardised(_Fitted):
+    """Linear features standardised over the reference archs (columns the structure says)."""
 
     mean: np.ndarray
     scale: np.ndarray
 
-    def _standardised(self, design: Design) -> np.ndarray:
-        return (summary_features(design.features) - self.mean) / self.scale
-
     def _standardise_on(self, reference: Design) -> np.ndarray:
-        summary = summary_features(reference.features)
-        self.mean, scale = summary.mean(0), summary.std(0)
-        self.scale = np.where(scale > 0, scale, 1.0)
-        return (summary - self.mean) / self.scale
+        linear = reference.linear
+        chosen = reference.structure.standardise
+        keep = np.ones(linear.shape[1], dtype=bool) if chosen is None else np.asarray(chosen)
+        scale = linear.std(0)
+        self.mean = np.where(keep, linear.mean(0), 0.0)
+        self.scale = np.where(keep & (scale > 0), scale, 1.0)
+        return self._standardised(reference)
+
+    def _standardised(self, design: Design) -> np.ndarray:
+        return (design.linear - self.mean) / self.scale
 
 
-class Ridge(_Standardised):
-    """Ridge in log space on standardised analytic features; penalty by leave-one-out."""
+@dataclass
+class _Prior:
+    """The sources' lines in one scale: mean (d,), covariance (d, d) with its floor, the tie
+    matrix (d, groups) or None, and the mean residual variance; each source's line (S, d) and
+    residual variance (S,) for the prior weighted towards the sources like the k archs."""
 
-    name: ClassVar[str] = "ridge"
+    mean: np.ndarray
+    cov: np.ndarray
+    tie: np.ndarray | None
+    noise: float
+    lines: np.ndarray
+    variances: np.ndarray
+
+    def weighted(self, A: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and covariance of the mixture of the sources' lines, each weighted by its
+        precision and its likelihood of the k rows (A, t) up to an offset."""
+        precision = 1 / np.maximum(self.variances, 1e-12)
+        noise = len(precision) / precision.sum()  # harmonic mean of the variances
+        offsets = t[:, None] - A @ self.lines.T
+        misfit = ((offsets - offsets.mean(0)) ** 2).sum(0)
+        log_weights = np.log(precision / precision.sum()) - misfit / (2 * noise)
+        weights = np.exp(log_weights - log_weights.max())
+        weights /= weights.sum()
+        mean = weights @ self.lines
+        spread = self.lines - mean
+        floor = self.cov - PRIOR_SCALE * np.atleast_2d(np.cov(self.lines, rowvar=False)) \
+            if len(self.lines) > 1 else self.cov
+        return mean, PRIOR_SCALE * (spread.T * weights) @ spread + floor
+
+
+def _tie(coefs: np.ndarray, blocks: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """(d, groups): each group's deviation tied across blocks, a block's entries scaled by the
+    sources' typical deviation of a coefficient from its block's mean."""
+    tie = np.zeros((coefs.shape[1], int(groups.max()) + 1))
+    for block in np.unique(blocks):
+        members = blocks == block
+        spread = np.abs(coefs[:, members] - coefs[:, members].mean(1, keepdims=True)).mean()
+        tie[np.flatnonzero(members), groups[members]] = spread
+    return tie
+
+
+def _transform(scale: str, values: np.ndarray) -> np.ndarray:
+    """Log values in one scale: centred logs, or values over their mean."""
+    if scale == "log":
+        return values - values.mean()
+    level = np.exp(values)
+    return level / level.mean()
+
+
+class TablePrior(_Standardised):
+    """Bayesian linear regression under the sources' prior, settings by leave-one-out."""
+
+    name: ClassVar[str] = "table_prior"
+    needs_sources: ClassVar[bool] = True
+
+    def __init__(self, sigma_floor: float = DEFAULT_SIGMA_FLOOR,
+                 mixtures: tuple[bool, ...] = (False, True)) -> None:
+        self.sigma_floor, self.mixtures = sigma_floor, mixtures
+        self.priors: dict[str, _Prior] = {}
+        self.mean = self.scale = self.coef = np.zeros(0)
+        self.intercept, self.level, self.kind, self.setting = 0.0, 1.0, "log", ""
+
+    def prepare(self, reference: Design) -> None:
+        if reference.measured is None or reference.measured.shape[1] == 0:
+            raise ValueError("table_prior needs the sources' measured values of the reference "
+                             "archs")
+        A = self._standardise_on(reference)
+        d = A.shape[1]
+        D = np.column_stack([np.ones(len(A)), A])
+        structure = reference.structure
+        floor = np.full(d, SLOPE_FLOOR)
+        floor[-2:] = PROXY_FLOOR
+        for scale in SCALES:
+            coefs, variances = [], []
+            for values in reference.measured.T:
+                rows = np.isfinite(values)
+                if rows.sum() <= D.shape[1]:
+                    continue  # too few measured archs for a line: no prior component
+                t = _transform(scale, values[rows])
+                theta, *_ = np.linalg.lstsq(D[rows], t, rcond=None)
+                residual = t - D[rows] @ theta
+                coefs.append(theta[1:])
+                variances.append(float(residual @ residual / (rows.sum() - D.shape[1])))
+            if not coefs:
+                raise ValueError(f"table_prior: no source measured more than {D.shape[1]} of "
+                                 "the reference archs")
+            C = np.asarray(coefs)
+            spread = np.atleast_2d(np.cov(C, rowvar=False)) if len(C) > 1 else np.zeros((d, d))
+            tie = None
+            if structure.blocks is not None and structure.groups is not None:
+                tie = np.vstack([_tie(C[:, :-2], structure.blocks[:-2], structure.groups[:-2]),
+                                 np.zeros((2, int(structure.groups[:-2].max()) + 1))])
+            self.priors[scale] = _Prior(C.mean(0), PRIOR_SCALE * spread + np.diag(floor ** 2),
+                                        tie, float(np.mean(variances)), C,
+                                        np.asarray(variances))
+
+    def _settings(self, k: int) -> list[tuple[str, float, float, bool]]:
+        if k < MIN_LOO:
+            return [("log", 0.0, NOISE_FACTORS[0], False)]
+        taus = TAUS if self.priors["log"].tie is not None else (0.0,)
+        return list(itertools.product(SCALES, taus, NOISE_FACTORS, self.mixtures))
+
+    def fit(self, design: Design, z: np.ndarray) -> None:
+        A = self._standardised(design)
+        best: tuple[float, Any] | None = None
+        for scale, tau, noise, mixture in self._settings(len(z)):
+            prior = self.priors[scale]
+            level = float(np.exp(z).mean()) if scale == "relative" else 1.0
+            t = np.exp(z) / level if scale == "relative" else z
+            mean, cov = prior.weighted(A, t) if mixture else (prior.mean, prior.cov)
+            if tau > 0 and prior.tie is not None:
+                cov = cov + tau ** 2 * prior.tie @ prior.tie.T
+            projected = A @ cov
+            K = projected @ A.T + INTERCEPT + noise * prior.noise * np.eye(len(z))
+            Kinv = np.linalg.inv(K)
+            alpha = Kinv @ (t - A @ mean)
+            loo_t = alpha / np.diag(Kinv)  # t_i minus its leave-one-out prediction
+            loo = loo_t if scale == "log" else np.log(t) - np.log(np.maximum(t - loo_t, 1e-6))
+            error = float(np.mean(np.square(loo)))
+            if best is None or error < best[0]:
+                coef = mean + projected.T @ alpha
+                best = (error, (scale, tau, noise, mixture, level, coef, INTERCEPT * alpha.sum(),
+                                loo))
+        assert best is not None
+        self.kind, tau, noise, mixture, self.level, self.coef, self.intercept, self._loo = best[1]
+        self.intercept = float(self.intercept)
+        self.setting = f"{self.kind} tau={tau:g} noise={noise:g} mixture={mixture}"
+
+    def predict(self, design: Design) -> np.ndarray:
+        mean = self._standardised(design) @ self.coef + self.intercept
+        if self.kind == "relative":
+            return np.log(np.maximum(mean * self.level, 1e-12))
+        return mean
+
+    def state(self) -> dict[str, Any]:
+        return {"mean": self.mean.tolist(), "scale": self.scale.tolist(),
+                "coef": self.coef.tolist(), "intercept": self.intercept, "kind": self.kind,
+                "level": self.level, "setting": self.setting, **_loo_state(self)}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> TablePrior:
+        method = cls(state["sigma_floor"])
+        method.mean, method.scale, method.coef = (np.asarray(state[k], dtype=np.float64)
+                                                  for k in ("mean", "scale", "coef"))
+        method.intercept, method.kind = float(state["intercept"]), str(state["kind"])
+        method.level, method.setting = float(state["level"]), str(state["setting"])
+        method._loo = _loo_of(state)
+        return method
+
+
+def _loo_state(method: _Fitted) -> dict[str, Any]:
+    return {"sigma_floor": method.sigma_floor,
+            "loo": None if method.loo is None else method.loo.tolist()}
+
+
+def _loo_of(state: Mapping[str, Any]) -> np.ndarray | None:
+    return None if state["loo"] is None else np.asarray(state["loo"], dtype=np.float64)
+
+
+class SourceRidge(_Fitted):
+    """Ridge of the target's log values on the sources' centred log profiles."""
+
+    name: ClassVar[str] = "source_ridge"
+    needs_sources: ClassVar[bool] = True
+
+    def __init__(self, sigma_floor: float = DEFAULT_SIGMA_FLOOR) -> None:
+        self.sigma_floor = sigma_floor
+        self.center = self.coef = np.zeros(0)
+        self.intercept = 0.0
+
+    def prepare(self, reference: Design) -> None:
+        if reference.sources.shape[1] == 0:
+            raise ValueError("source_ridge needs at least one source")
+        self.center = reference.sources.mean(0)
+
+    def fit(self, design: Design, z: np.ndarray) -> None:
+        P = design.sources - self.center
+        if len(z) < MIN_LOO:  # the sources' mean profile, shifted to the k archs
+            self.coef = np.full(P.shape[1], 1 / P.shape[1])
+            self.intercept, self._loo = float(np.mean(z - P @ self.coef)), None
+            return
+        theta, self._loo, _ = ridge_fit(np.column_stack([np.ones(len(z)), P]), z)
+        self.intercept, self.coef = float(theta[0]), theta[1:]
+
+    def predict(self, design: Design) -> np.ndarray:
+        return self.intercept + (design.sources - self.center) @ self.coef
+
+    def state(self) -> dict[str, Any]:
+        return {"center": self.center.tolist(), "coef": self.coef.tolist(),
+                "intercept": self.intercept, **_loo_state(self)}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> SourceRidge:
+        method = cls(state["sigma_floor"])
+        method.center, method.coef = (np.asarray(state[k], dtype=np.float64)
+                                      for k in ("center", "coef"))
+        method.intercept, method._loo = float(state["intercept"]), _loo_of(state)
+        return method
+
+
+class FeatureRidge(_Standardised):
+    """Ridge on the standardised linear features from the k archs alone (no transfer)."""
+
+    name: ClassVar[str] = "feature_ridge"
     needs_sources: ClassVar[bool] = False
 
-    def __init__(self, alphas: tuple[float, ...] = RIDGE_ALPHAS) -> None:
-        self.alphas = tuple(alphas)
+    def __init__(self, sigma_floor: float = DEFAULT_SIGMA_FLOOR) -> None:
+        self.sigma_floor = sigma_floor
         self.mean = self.scale = self.coef = np.zeros(0)
-        self.alpha, self.sigma = float("nan"), float("nan")
+        self.intercept = 0.0
 
     def prepare(self, reference: Design) -> None:
         self._standardise_on(reference)
 
     def fit(self, design: Design, z: np.ndarray) -> None:
-        D = np.column_stack([np.ones(len(z)), self._standardised(design)])
-        prior = np.zeros(D.shape[1])
-        best: tuple[float, float, np.ndarray] | None = None
-        for alpha in self.alphas:
-            penalty = np.diag([0.0] + [alpha] * (D.shape[1] - 1))
-            theta, loo = penalized_fit(D, z, penalty, prior)
-            if best is None or _rms(loo) < best[0]:
-                best = (_rms(loo), alpha, theta)
-        if best is None:
-            raise ValueError("ridge has no penalty to choose from: alphas is empty")
-        self.sigma, self.alpha, self.coef = best
+        A = self._standardised(design)
+        if len(z) < MIN_LOO:
+            self.coef, self.intercept, self._loo = np.zeros(A.shape[1]), float(z.mean()), None
+            return
+        theta, self._loo, _ = ridge_fit(np.column_stack([np.ones(len(z)), A]), z)
+        self.intercept, self.coef = float(theta[0]), theta[1:]
 
     def predict(self, design: Design) -> np.ndarray:
-        return self.coef[0] + self._standardised(design) @ self.coef[1:]
+        return self.intercept + self._standardised(design) @ self.coef
 
     def state(self) -> dict[str, Any]:
-        return {"alphas": list(self.alphas), "mean": self.mean.tolist(),
-                "scale": self.scale.tolist(), "coef": self.coef.tolist(), "alpha": self.alpha,
-                "sigma": self.sigma}
+        return {"mean": self.mean.tolist(), "scale": self.scale.tolist(),
+                "coef": self.coef.tolist(), "intercept": self.intercept, **_loo_state(self)}
 
     @classmethod
-    def from_state(cls, state: Mapping[str, Any]) -> Ridge:
-        method = cls(tuple(state["alphas"]))
-        method.mean, method.scale, method.coef = (np.asarray(state[k]) for k in
-                                                  ("mean", "scale", "coef"))
-        method.alpha, method.sigma = state["alpha"], state["sigma"]
+    def from_state(cls, state: Mapping[str, Any]) -> FeatureRidge:
+        method = cls(state["sigma_floor"])
+        method.mean, method.scale, method.coef = (np.asarray(state[k], dtype=np.float64)
+                                                  for k in ("mean", "scale", "coef"))
+        method.intercept, method._loo = float(state["intercept"]), _loo_of(state)
         return method
 
 
-class MetaRidge(_Standardised):
-    """The ridge's linear model with a prior learned from the sources.
+class FlopsLine(_Fitted):
+    """log(value) = a + b log(FLOPs) through the k archs (b = 1 below two distinct counts)."""
 
-    Each source's own line (least squares of its measured log values on the target's
-    standardised features) is one component of a mixture prior over the slopes, weighted by
-    the source's precision (1 / its residual variance: a source whose measurements are noise
-    counts little) and by how well its slopes explain the k rows up to an offset (their
-    likelihood under it). The mixture's mean and covariance (floored) form the Gaussian prior
-    that the k rows update (MAP, free intercept): two rows already give a full model, more
-    rows move it to the target's own fit.
-    """
+    name: ClassVar[str] = "flops_line"
+    needs_sources: ClassVar[bool] = False
+
+    def __init__(self, sigma_floor: float = DEFAULT_SIGMA_FLOOR) -> None:
+        self.sigma_floor = sigma_floor
+        self.intercept, self.slope = 0.0, 1.0
+
+    def prepare(self, reference: Design) -> None:
+        """Nothing to learn: the line uses the k archs alone."""
+
+    def fit(self, design: Design, z: np.ndarray) -> None:
+        x = design.linear[:, -2]
+        if len(z) < 2 or np.ptp(x) == 0:
+            self.slope, self.intercept, self._loo = 1.0, float(np.mean(z - x)), None
+            return
+        D = np.column_stack([np.ones(len(z)), x])
+        theta, *_ = np.linalg.lstsq(D, z, rcond=None)
+        hat = np.einsum("ij,ij->i", D @ np.linalg.pinv(D.T @ D), D)
+        self.intercept, self.slope = float(theta[0]), float(theta[1])
+        self._loo = (z - D @ theta) / np.maximum(1 - hat, 1e-9) if len(z) > 2 else None
+
+    def predict(self, design: Design) -> np.ndarray:
+        return self.intercept + self.slope * design.linear[:, -2]
+
+    def state(self) -> dict[str, Any]:
+        return {"intercept": self.intercept, "slope": self.slope, **_loo_state(self)}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> FlopsLine:
+        method = cls(state["sigma_floor"])
+        method.intercept, method.slope = float(state["intercept"]), float(state["slope"])
+        method._loo = _loo_of(state)
+        return method
+
+
+def penalized_fit(D: np.ndarray, z: np.ndarray, penalty: np.ndarray, prior: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Coefficients minimising |z - D θ|² + (θ - prior)ᵀ penalty (θ - prior), and the exact
+    leave-one-out residuals of that linear smoother."""
+    gram = D.T @ D + penalty + 1e-10 * np.eye(D.shape[1])
+    theta = np.linalg.solve(gram, D.T @ z + penalty @ prior)
+    hat = np.einsum("ij,ij->i", D, np.linalg.solve(gram, D.T).T)
+    return theta, (z - D @ theta) / np.maximum(1 - hat, 1e-9)
+
+
+class MetaRidge(_Standardised):
+    """The linear model under a mixture prior of the sources' lines, each weighted by its
+    precision and by its likelihood of the k rows up to an offset; MAP."""
 
     name: ClassVar[str] = "meta_ridge"
     needs_sources: ClassVar[bool] = True
 
-    def __init__(self, prior_floor: float = 0.05) -> None:
-        if prior_floor <= 0:
-            raise ValueError(f"need prior_floor > 0, got {prior_floor}")
-        self.prior_floor = prior_floor
+    def __init__(self, sigma_floor: float = DEFAULT_SIGMA_FLOOR, prior_floor: float = 0.05
+                 ) -> None:
+        self.sigma_floor, self.prior_floor = sigma_floor, prior_floor
         self.mean = self.scale = self.source_coefs = self.source_weights = np.zeros(0)
-        self.coef = np.zeros(0)
-        self.noise, self.sigma = float("nan"), float("nan")
+        self.coef, self.noise = np.zeros(0), float("nan")
 
     def prepare(self, reference: Design) -> None:
         if reference.measured is None or reference.measured.shape[1] == 0:
-            raise ValueError("meta_ridge needs the sources' measured values of the reference "
-                             "archs")
-        Z = self._standardise_on(reference)
-        D = np.column_stack([np.ones(len(Z)), Z])
+            raise ValueError("meta_ridge needs the sources' measured values")
+        D = np.column_stack([np.ones(len(reference.linear)), self._standardise_on(reference)])
         coefs, variances = [], []
         for values in reference.measured.T:
             rows = np.isfinite(values)
             if rows.sum() <= D.shape[1]:
-                continue  # too few measured archs to fit a line: no prior component
+                continue
             theta, *_ = np.linalg.lstsq(D[rows], values[rows], rcond=None)
             residual = values[rows] - D[rows] @ theta
             coefs.append(theta[1:])
             variances.append(residual @ residual / (rows.sum() - D.shape[1]))
         if not coefs:
-            raise ValueError(f"meta_ridge: no source measured more than {D.shape[1]} of the "
-                             "reference archs")
+            raise ValueError("meta_ridge: no source measured enough reference archs")
         precision = 1 / np.maximum(np.asarray(variances), self.prior_floor ** 2)
         self.source_coefs = np.asarray(coefs)
         self.source_weights = precision / precision.sum()
-        self.noise = float(len(precision) / precision.sum())  # harmonic mean of variances
+        self.noise = float(len(precision) / precision.sum())
 
-    def prior(self, Z: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and covariance of the slopes' prior given the rows (standardised Z, z)."""
-        offsets = z[:, None] - Z @ self.source_coefs.T
+    def fit(self, design: Design, z: np.ndarray) -> None:
+        A = self._standardised(design)
+        offsets = z[:, None] - A @ self.source_coefs.T
         misfit = ((offsets - offsets.mean(0)) ** 2).sum(0)
         log_weights = np.log(self.source_weights) - misfit / (2 * self.noise)
         weights = np.exp(log_weights - log_weights.max())
         weights /= weights.sum()
         mean = weights @ self.source_coefs
         spread = self.source_coefs - mean
-        return mean, (spread.T * weights) @ spread + self.prior_floor ** 2 * np.eye(len(mean))
-
-    def fit(self, design: Design, z: np.ndarray) -> None:
-        Z = self._standardised(design)
-        D = np.column_stack([np.ones(len(z)), Z])
-        mean, cov = self.prior(Z, z)
+        cov = (spread.T * weights) @ spread + self.prior_floor ** 2 * np.eye(len(mean))
+        D = np.column_stack([np.ones(len(z)), A])
         penalty = np.zeros((D.shape[1], D.shape[1]))
         penalty[1:, 1:] = self.noise * np.linalg.inv(cov)
-        self.coef, loo = penalized_fit(D, z, penalty, np.concatenate([[0.0], mean]))
-        self.sigma = max(_rms(loo), float(np.sqrt(self.noise)))  # floor: the sources' noise
+        self.coef, self._loo = penalized_fit(D, z, penalty, np.concatenate([[0.0], mean]))
 
     def predict(self, design: Design) -> np.ndarray:
         return self.coef[0] + self._standardised(design) @ self.coef[1:]
 
     def state(self) -> dict[str, Any]:
-        arrays = ("mean", "scale", "source_coefs", "source_weights", "coef")
-        return {"prior_floor": self.prior_floor, "noise": self.noise, "sigma": self.sigma,
-                **{k: getattr(self, k).tolist() for k in arrays}}
+        return {"mean": self.mean.tolist(), "scale": self.scale.tolist(),
+                "coef": self.coef.tolist(), "prior_floor": self.prior_floor, **_loo_state(self)}
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> MetaRidge:
-        method = cls(state["prior_floor"])
-        for key in ("mean", "scale", "source_coefs", "source_weights", "coef"):
-            setattr(method, key, np.asarray(state[key], dtype=np.float64))
-        method.noise, method.sigma = state["noise"], state["sigma"]
+        method = cls(state["sigma_floor"], state["prior_floor"])
+        method.mean, method.scale, method.coef = (np.asarray(state[k], dtype=np.float64)
+                                                  for k in ("mean", "scale", "coef"))
+        method._loo = _loo_of(state)
         return method
 
 
-def _rank(singular: np.ndarray, max_rank: int, rows: int) -> int:
-    """Components kept: at most max_rank and rows - 1, none numerically zero."""
-    if len(singular) == 0 or singular[0] <= 0:
-        return 0
-    return int(min(max_rank, rows - 1, np.sum(singular > singular[0] * 1e-6)))
-
-
-def _span_residual(C: np.ndarray, column: int, max_rank: int) -> float:
-    """Mean squared residual of centred source column off the basis of the other columns."""
-    others = np.delete(C, column, axis=1)
-    U, singular, _ = np.linalg.svd(others, full_matrices=False)
-    U = U[:, :_rank(singular, max_rank, len(C))]
-    y = C[:, column]
-    return float(np.mean((y - U @ (U.T @ y)) ** 2))
-
-
-class Basis:
-    """An offset plus a low-rank combination of source profiles, MAP under a learned prior."""
+class Basis(_Fitted):
+    """An offset plus a low-rank combination of the sources' centred profiles, MAP under a
+    prior of the sources' own coefficients."""
 
     name: ClassVar[str] = "basis"
     needs_sources: ClassVar[bool] = True
 
-    def __init__(self, max_rank: int = 8, prior_floor: float = 0.05) -> None:
-        if max_rank < 1 or prior_floor <= 0:
-            raise ValueError(f"need max_rank >= 1 and prior_floor > 0, got {max_rank}, "
-                             f"{prior_floor}")
-        self.max_rank, self.prior_floor = max_rank, prior_floor
+    def __init__(self, sigma_floor: float = DEFAULT_SIGMA_FLOOR, max_rank: int = 8,
+                 prior_floor: float = 0.05) -> None:
+        self.sigma_floor, self.max_rank, self.prior_floor = sigma_floor, max_rank, prior_floor
         self.center = self.loadings = self.prior_mean = self.prior_cov = self.coef = np.zeros(0)
-        self.noise, self.sigma = float("nan"), float("nan")
+        self.noise = float("nan")
 
     def prepare(self, reference: Design) -> None:
         G = reference.sources
         if G.shape[1] == 0:
-            raise ValueError("the basis method needs at least one source target")
+            raise ValueError("basis needs at least one source")
         n = len(G)
         self.center = G.mean(0)
-        C = G - self.center
-        _, singular, Vt = np.linalg.svd(C, full_matrices=False)
-        r = max(_rank(singular, self.max_rank, n), 1)
-        # basis scores u(a) = (g(a) - center) @ loadings have unit variance over the reference
+        _, singular, Vt = np.linalg.svd(G - self.center, full_matrices=False)
+        r = max(int(min(self.max_rank, n - 1, np.sum(singular > singular[0] * 1e-6))), 1)
         self.loadings = Vt[:r].T / np.maximum(singular[:r], 1e-12) * np.sqrt(n)
-        coords = (Vt[:r] * singular[:r, None]).T / np.sqrt(n)  # each source's coefficients
-        floor = self.prior_floor ** 2
+        coords = (Vt[:r] * singular[:r, None]).T / np.sqrt(n)
         self.prior_mean = coords.mean(0)
-        spread = (np.atleast_2d(np.cov(coords, rowvar=False)) if len(coords) > 1
-                  else np.zeros((r, r)))
-        self.prior_cov = spread + floor * np.eye(r)
-        residuals = [_span_residual(C, s, self.max_rank) for s in range(C.shape[1])] \
-            if C.shape[1] > 1 else []
-        self.noise = max(float(np.mean(residuals)) if residuals else 0.0, floor)
+        spread = np.atleast_2d(np.cov(coords, rowvar=False)) if len(coords) > 1 else \
+            np.zeros((r, r))
+        self.prior_cov = spread + self.prior_floor ** 2 * np.eye(r)
+        self.noise = self.prior_floor ** 2
 
-    def _design_matrix(self, design: Design) -> np.ndarray:
+    def _matrix(self, design: Design) -> np.ndarray:
         scores = (design.sources - self.center) @ self.loadings
         return np.column_stack([np.ones(len(scores)), scores])
 
     def fit(self, design: Design, z: np.ndarray) -> None:
-        D = self._design_matrix(design)
-        r = D.shape[1] - 1
-        penalty = np.zeros((r + 1, r + 1))
+        D = self._matrix(design)
+        penalty = np.zeros((D.shape[1], D.shape[1]))
         penalty[1:, 1:] = self.noise * np.linalg.inv(self.prior_cov)
-        prior = np.concatenate([[0.0], self.prior_mean])
-        self.coef, loo = penalized_fit(D, z, penalty, prior)
-        self.sigma = max(_rms(loo), float(np.sqrt(self.noise)))  # floor: the sources' noise
+        self.coef, self._loo = penalized_fit(D, z, penalty,
+                                             np.concatenate([[0.0], self.prior_mean]))
 
     def predict(self, design: Design) -> np.ndarray:
-        return self._design_matrix(design) @ self.coef
+        return self._matrix(design) @ self.coef
 
     def state(self) -> dict[str, Any]:
-        arrays = ("center", "loadings", "prior_mean", "prior_cov", "coef")
-        return {"max_rank": self.max_rank, "prior_floor": self.prior_floor,
-                "noise": self.noise, "sigma": self.sigma,
-                **{k: getattr(self, k).tolist() for k in arrays}}
+        return {"center": self.center.tolist(), "loadings": self.loadings.tolist(),
+                "coef": self.coef.tolist(), **_loo_state(self)}
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> Basis:
-        method = cls(state["max_rank"], state["prior_floor"])
-        for key in ("center", "loadings", "prior_mean", "prior_cov", "coef"):
-            setattr(method, key, np.asarray(state[key], dtype=np.float64))
-        method.noise, method.sigma = state["noise"], state["sigma"]
+        method = cls(state["sigma_floor"])
+        method.center, method.loadings, method.coef = (
+            np.asarray(state[k], dtype=np.float64) for k in ("center", "loadings", "coef"))
+        method._loo = _loo_of(state)
         return method
 
 
-class Boost:
-    """A learned linear method (``meta_ridge``), then LightGBM boosting of its residuals on the
-    target's features (``init_score`` = its prediction)."""
+class Ensemble:
+    """The members' mean log prediction, weighted by 1 / their leave-one-out error."""
 
-    name: ClassVar[str] = "boost"
+    name: ClassVar[str] = "ensemble"
     needs_sources: ClassVar[bool] = True
 
-    def __init__(self, base: Method, params: Mapping[str, Any], seed: int = 0) -> None:
-        self.base, self.params, self.seed = base, dict(params), seed
-        self.booster: lgb.Booster | None = None
+    def __init__(self, members: list[Method], power: float = 1.0) -> None:
+        if not members:
+            raise ValueError("an ensemble needs members")
+        self.members, self.power = members, power
+        self.weights = np.full(len(members), 1 / len(members))
+
+    @property
+    def loo(self) -> None:
+        """No closed-form leave-one-out residuals (see ``sigma``)."""
+        return None
 
     @property
     def sigma(self) -> float:
-        """The base method's leave-one-out residual scale."""
-        return self.base.sigma
+        """The weighted root mean of the members' leave-one-out errors: with fixed weights, an
+        upper bound of the ensemble's own (its errors are a convex combination)."""
+        return float(np.sqrt(self.weights @ np.square([m.sigma for m in self.members])))
 
     def prepare(self, reference: Design) -> None:
-        self.base.prepare(reference)
+        for member in self.members:
+            member.prepare(reference)
 
     def fit(self, design: Design, z: np.ndarray) -> None:
-        self.base.fit(design, z)
-        self.booster = train_booster(design.features, z, self.params, self.seed,
-                                     init_score=self.base.predict(design))
+        for member in self.members:
+            member.fit(design, z)
+        errors = np.array([np.inf if m.loo is None else float(np.mean(np.square(m.loo)))
+                           for m in self.members])
+        if len(z) < MIN_LOO or not np.all(np.isfinite(errors)):
+            self.weights = np.full(len(self.members), 1 / len(self.members))
+        else:
+            weights = (errors.min() / np.maximum(errors, 1e-12)) ** self.power
+            self.weights = weights / weights.sum()
 
     def predict(self, design: Design) -> np.ndarray:
-        if self.booster is None:
-            raise RuntimeError("Boost is not fitted")
-        return self.base.predict(design) + self.booster.predict(design.features)
+        return np.sum([w * m.predict(design) for w, m in
+                       zip(self.weights, self.members, strict=True)], axis=0)
 
     def state(self) -> dict[str, Any]:
-        if self.booster is None:
-            raise RuntimeError("Boost is not fitted")
-        return {"base": self.base.name, "base_state": self.base.state(), "params": self.params,
-                "seed": self.seed, "booster": self.booster.model_to_string()}
+        return {"weights": self.weights.tolist(), "power": self.power,
+                "members": [{"name": m.name, "state": m.state()} for m in self.members]}
 
     @classmethod
-    def from_state(cls, state: Mapping[str, Any]) -> Boost:
-        method = cls(method_from_state(state["base"], state["base_state"]), state["params"],
-                     state["seed"])
-        method.booster = booster_from_string(state["booster"], "the boost method's state", FIX)
+    def from_state(cls, state: Mapping[str, Any]) -> Ensemble:
+        method = cls([method_from_state(m["name"], m["state"]) for m in state["members"]],
+                     float(state["power"]))
+        method.weights = np.asarray(state["weights"], dtype=np.float64)
         return method
 
 
-METHODS: dict[str, Any] = {"ridge": Ridge, "meta_ridge": MetaRidge, "basis": Basis,
-                           "boost": Boost}
+def ensemble(sigma_floor: float = DEFAULT_SIGMA_FLOOR) -> Ensemble:
+    """The default: one predictor of each kind (learned transfer, the sources combined, the
+    FLOPs proxy, the target alone)."""
+    return Ensemble([TablePrior(sigma_floor), SourceRidge(sigma_floor), FlopsLine(sigma_floor),
+                     FeatureRidge(sigma_floor)])
 
 
-def make_method(name: str, section: TransferSettings) -> Method:
-    """A fresh method from the ``transfer`` params section."""
-    if name == "ridge":
-        return Ridge()
-    if name == "meta_ridge":
-        return MetaRidge(section.prior_floor)
-    if name == "basis":
-        return Basis(section.basis.max_rank, section.prior_floor)
-    if name == "boost":
-        return Boost(MetaRidge(section.prior_floor), section.boost, section.seed)
-    raise ValueError(f"unknown transfer method {name!r}; known: {', '.join(METHODS)}")
+def _powered(power: float) -> Callable[[float], Method]:
+    def make(sigma_floor: float) -> Method:
+        method = ensemble(sigma_floor)
+        method.power = power
+        return method
+    return make
+
+
+def _flat(sigma_floor: float) -> Method:
+    return TablePrior(sigma_floor, (False,))
+
+
+def _mixed(sigma_floor: float) -> Method:
+    return TablePrior(sigma_floor, (True,))
+
+
+def _ens5(sigma_floor: float) -> Method:
+    return Ensemble([TablePrior(sigma_floor, (False,)), MetaRidge(sigma_floor),
+                     SourceRidge(sigma_floor), FlopsLine(sigma_floor),
+                     FeatureRidge(sigma_floor)])
+
+
+def _ens_flat(sigma_floor: float) -> Method:
+    return Ensemble([TablePrior(sigma_floor, (False,)), SourceRidge(sigma_floor),
+                     FlopsLine(sigma_floor), FeatureRidge(sigma_floor)])
+
+
+MAKERS: dict[str, Callable[[float], Method]] = {
+    "tp_flat": _flat, "tp_mixed": _mixed, "ens5": _ens5, "ens_flat": _ens_flat,
+    "ensemble": ensemble, "ensemble_p2": _powered(2.0), "ensemble_p4": _powered(4.0),
+    "meta_ridge": MetaRidge, "basis": Basis, "table_prior": TablePrior, "source_ridge": SourceRidge,
+    "feature_ridge": FeatureRidge, "flops_line": FlopsLine}
+METHODS = tuple(MAKERS)
+_CLASSES: dict[str, Any] = {"tp_flat": TablePrior, "tp_mixed": TablePrior, "ens5": Ensemble,
+                            "ens_flat": Ensemble, "ensemble": Ensemble, "ensemble_p2": Ensemble,
+                            "ensemble_p4": Ensemble, "meta_ridge": MetaRidge, "basis": Basis, "table_prior": TablePrior,
+                            "source_ridge": SourceRidge, "feature_ridge": FeatureRidge,
+                            "flops_line": FlopsLine}
+
+
+def make_method(name: str, sigma_floor: float = DEFAULT_SIGMA_FLOOR) -> Method:
+    """A fresh method by name."""
+    if name not in MAKERS:
+        raise ValueError(f"unknown transfer method {name!r}; known: {', '.join(METHODS)}")
+    return MAKERS[name](sigma_floor)
 
 
 def method_from_state(name: str, state: Mapping[str, Any]) -> Method:
     """A fitted method from its :meth:`state`."""
-    if name not in METHODS:
+    if name not in _CLASSES:
         raise ValueError(f"unknown transfer method {name!r}; known: {', '.join(METHODS)}")
-    return METHODS[name].from_state(state)
+    method: Method = _CLASSES[name].from_state(state)
+    return method
