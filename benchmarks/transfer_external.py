@@ -8,12 +8,17 @@ ours (docs/transfer.md, "Other projects' data").
 
 Each option is one data set and may be left out. The paths are the user's copies of the
 public repositories (github.com/HayeonLee/HELP, github.com/mit-han-lab/hardware-aware-
-transformers); nothing of them is kept here. For every held-out device, k archs are drawn
-``--seeds`` times per k; each method and baseline of ``hwgptbench.transfer.fewshot`` is fitted
-on them and scored: Spearman and the share within ±10%, mean over seeds with its 95% t
-interval. HELP's split is HELP's own (meta-train devices as sources; raspi4, eyeriss, fpga held
-out; the k archs from its trimmed training pool, Spearman on its trimmed query archs), printed
-beside HELP's published Table 2; the same scores over every arch outside the k follow.
+transformers); nothing of them is kept here. First, per data set, the runs of rows that drift
+off their table's own model (flagged, still scored). Then every split of
+``hwgptbench.transfer.external.SPLITS``, each marked ``choice`` (the default method was chosen
+on these: HELP's meta-validation devices, the 11 FBNet devices HELP never uses, HAT's en-fr
+files) or ``report`` (scored, never chosen on: HELP's test devices, HAT's en-de files, this
+project's tables). For every held-out device, k archs are drawn ``--seeds`` times per k; each
+method of ``hwgptbench.transfer.methods`` and each baseline is fitted on them and scored:
+Spearman and the share within ±10%, mean over seeds with its 95% t interval. HELP's splits
+follow HELP's protocol (its meta-train devices as sources; the k archs from the trimmed
+training pool, Spearman on the trimmed query archs), printed beside HELP's published Table 2;
+the same scores over every arch outside the k follow.
 """
 
 from __future__ import annotations
@@ -87,6 +92,16 @@ def _bounds(data: external.ExternalSet, targets: tuple[str, ...]) -> str:
                       "| own LightGBM, 5-fold over all archs | " + " | ".join(cells) + " |"])
 
 
+def _drift(drift: pl.DataFrame) -> str:
+    """A markdown table of drifting runs of rows, or a line saying there are none."""
+    if drift.is_empty():
+        return "none"
+    lines = ["| table | rows | median measured / model | rows beyond ±10% |", "|---|---|---:|---:|"]
+    lines += [f"| {r['table']} | {r['first_row']}-{r['last_row']} | {r['ratio']:.2f} | "
+              f"{r['beyond_10pct']:.0%} |" for r in drift.iter_rows(named=True)]
+    return "\n".join(lines)
+
+
 def drop_first(table: external.DeviceTable, count: int) -> external.DeviceTable:
     """The table without its first ``count`` archs."""
     keep = slice(count, None)
@@ -101,7 +116,7 @@ def run(data: external.ExternalSet, split: external.Split, ks: list[int], seeds:
     quality = external_eval.evaluate_split(data, split, ks, seeds, methods)
     summary = external_eval.summarize(quality)
     tests = summary["test"].unique(maintain_order=True).to_list()
-    print(f"\n## {split.name}: k = {report_k}, {seeds} seeds "
+    print(f"\n## {split.name} ({split.role} split): k = {report_k}, {seeds} seeds "
           f"({time.perf_counter() - start:.0f} s)")
     for test in tests:
         for score in ("spearman", "within_10pct"):
@@ -153,6 +168,11 @@ def main() -> None:
         for data, _ in runs:
             if name in data.tables:
                 data.tables[name] = drop_first(data.tables[name], int(count))
+    for data, _ in runs:
+        drift = pl.concat([external_eval.drifting_blocks(t) for t in data.tables.values()])
+        print(f"\n## {data.name}: runs of rows off their table's own model by > 10% "
+              "(flagged, still scored)\n")
+        print(_drift(drift))
     qualities, summaries = [], []
     for data, splits in runs:
         for split in splits:

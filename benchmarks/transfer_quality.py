@@ -55,7 +55,7 @@ def main() -> None:
                         help="a second measurement of the same targets: noise ceilings")
     parser.add_argument("--third", nargs="+", default=[],
                         help="a third measurement (with --retest): each run's reliability")
-    parser.add_argument("--method", default="meta_ridge",
+    parser.add_argument("--method", default="ensemble",
                         help="method shown per target next to the ceiling (designed selection)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 import polars as pl
@@ -16,7 +17,7 @@ from hwgptbench import Benchmark, cli, params
 from hwgptbench.figures.transfer import shipped_targets, transfer_quality, transfer_table
 from hwgptbench.predictors.features import analytic_counts
 from hwgptbench.predictors.quality import fold_indices
-from hwgptbench.settings.sections import TransferSettings
+from hwgptbench.settings.sections import TransferMethod, TransferSettings
 from hwgptbench.space import Arch, SearchSpace
 from hwgptbench.transfer.adapt import adapt_device
 from hwgptbench.transfer.evaluate import (
@@ -32,7 +33,7 @@ from hwgptbench.transfer.evaluate import (
     source_indices,
     summarize,
 )
-from hwgptbench.transfer.methods import make_method
+from hwgptbench.transfer.methods import METHODS, make_method, method_from_state
 from hwgptbench.transfer.selection import SelectionError, select
 from hwgptbench.transfer.sources import condition_features, cross_fitted
 from hwgptbench.transfer.targets import Profiles, TransferError, long_table
@@ -49,8 +50,7 @@ TARGETS = [("cpu-a-1t", "CPU A", 1, 128, "fp32", 0.10, 8.0, 0.5),
            ("gpu-b", "GPU B", 1, 128, "fp32", 0.30, 0.2, 0.05)]
 SECTION = TransferSettings.of({
     **CONFIG["transfer"], "metrics": ["latency_ms"], "ks": [2, 10], "seeds": 2, "min_test": 10,
-    "folds": 3, "source_model": {"num_iterations": 60, "num_leaves": 7, "min_data_in_leaf": 3},
-    "boost": {**CONFIG["transfer"]["boost"], "num_iterations": 30}})
+    "folds": 3, "source_model": {"num_iterations": 60, "num_leaves": 7, "min_data_in_leaf": 3}})
 
 
 def synthetic_measurements(n: int = 60, targets: list[tuple] = TARGETS) -> pl.DataFrame:
@@ -92,7 +92,7 @@ def test_evaluation_covers_every_target_method_and_baseline(quality: pl.DataFram
     expected = sorted([*SECTION.methods, "flops", "params", "nearest_source"])
     assert all(sorted(m) == expected for m in per_target["method"])
     # one designed selection and `seeds` random ones per (target, k, method)
-    counts = ok.filter(pl.col("method") == "meta_ridge").group_by("selection").len()
+    counts = ok.filter(pl.col("method") == "ensemble").group_by("selection").len()
     assert dict(counts.iter_rows()) == {"designed": len(TARGETS) * 2,
                                         "random": len(TARGETS) * 2 * SECTION.seeds}
     gpu = ok.filter(pl.col("device") == "gpu-b").row(0, named=True)
@@ -104,7 +104,7 @@ def test_evaluation_covers_every_target_method_and_baseline(quality: pl.DataFram
     summary = summarize(quality, [10]).filter(pl.col("selection") != "random",
                                               pl.col("hold_out") == "target")
     within = dict(summary.select("method", "within_10pct_median").iter_rows())
-    assert within["meta_ridge"] > max(within["flops"], within["params"]) + 0.2
+    assert within["ensemble"] > max(within["flops"], within["params"]) + 0.2
 
 
 def test_adaptation_is_deterministic(measurements: pl.DataFrame, quality: pl.DataFrame) -> None:
@@ -122,8 +122,8 @@ def test_with_k_all_archs_adaptation_matches_the_full_surrogate(
     for j in range(len(profiles.targets)):
         _, case = _case(measurements, j)
         full = scores(np.exp(case.z), np.exp(oof[case.rows, j]))
-        for name in ("meta_ridge", "boost"):
-            method = make_method(name, SECTION)
+        for name in ("ensemble", "table_prior"):
+            method = make_method(name, SECTION.sigma_floor)
             method.prepare(case.reference)
             predicted = np.empty(len(case.z))
             for held_out in fold_indices(len(case.z), 3, 0):
@@ -151,7 +151,7 @@ def test_leave_one_target_out_never_sees_the_held_out_values(
     j, k = 3, 10
     profiles, case = _case(measurements, j)
     target = profiles.targets[j]
-    chosen = select("designed", case.design.features, k)
+    chosen = select("designed", case.features, k)
     keep = {profiles.arch_ids[case.rows[i]] for i in chosen}
     rng = np.random.default_rng(7)
     condition = target.condition
@@ -164,7 +164,7 @@ def test_leave_one_target_out_never_sees_the_held_out_values(
     _, noisy = _case(scrambled, j)
     assert not np.allclose(noisy.z, case.z)  # the target's own values did change
     for name in SECTION.methods:
-        clean_method, noisy_method = (make_method(name, SECTION) for _ in range(2))
+        clean_method, noisy_method = (make_method(name, SECTION.sigma_floor) for _ in range(2))
         clean_method.prepare(case.reference)
         noisy_method.prepare(noisy.reference)
         clean = adapt_predictions(case, clean_method, chosen)
@@ -341,7 +341,7 @@ def test_figure_and_table_of_a_small_evaluation(quality: pl.DataFrame, tmp_path:
     transfer_quality(summary, quality, tmp_path / "transfer_quality")
     assert paths[0].read_bytes() == first
     table = transfer_table(summary, quality)
-    assert {"basis", "full_surrogate", "flops"} <= set(table["method"])
+    assert {"meta_ridge", "full_surrogate", "flops"} <= set(table["method"])
 
 
 @pytest.mark.e2e
@@ -355,7 +355,7 @@ def test_snakemake_plans_the_transfer_rule(tmp_path: Path) -> None:
 
 def test_every_condition_of_a_metric_is_adapted(measurements: pl.DataFrame,
                                                 tmp_path: Path) -> None:
-    """A new device measured under two conditions gets a meta_ridge surrogate for each (the
+    """A new device measured under two conditions gets an ensemble surrogate for each (the
     second used to receive the first's arch ids in place of the sources' values)."""
     decode = measurements.with_columns(pl.lit("decode").alias("workload"),
                                        pl.lit(16).alias("gen_len"),
@@ -363,7 +363,7 @@ def test_every_condition_of_a_metric_is_adapted(measurements: pl.DataFrame,
     both = pl.concat([measurements, decode], how="diagonal_relaxed")
     new = both.filter(pl.col("device") == "gpu-b")
     written = adapt_device(SECTION, SPACE, VOCAB, both.filter(pl.col("device") != "gpu-b"), new,
-                           "new-gpu", 10, tmp_path / "tiny" / "adapted", method="meta_ridge")
+                           "new-gpu", 10, tmp_path / "tiny" / "adapted", method="ensemble")
     conditions = {row["condition"] for row in written}
     assert len(conditions) == new.select("batch_size", "seq_len", "workload").n_unique() >= 2
     bench = Benchmark.load("tiny", tmp_path)
@@ -387,7 +387,7 @@ def test_cross_device_rows_of_the_shipped_s_tables_reach_the_stage_table(
     condition from the CPU (small k, seeds and models here)."""
     quick = {**CONFIG["transfer"], "metrics": ["latency_ms", "energy_mj"], "ks": [10],
              "report_k": 10, "seeds": 2, "selections": ["random"], "selection": "random",
-             "methods": ["ridge", "meta_ridge"], "method": "meta_ridge", "folds": 3,
+             "methods": ["feature_ridge", "ensemble"], "method": "ensemble", "folds": 3,
              "source_model": {"num_iterations": 40, "num_leaves": 7, "min_data_in_leaf": 5}}
     overlay = tmp_path / "quick.yaml"
     overlay.write_text(yaml.safe_dump({"transfer": quick}))
@@ -411,7 +411,7 @@ def test_cross_device_rows_of_the_shipped_s_tables_reach_the_stage_table(
     per_target = shipped.filter(pl.col("k") == 10).group_by("device", "condition").agg(
         pl.col("method").unique().sort(), pl.len())
     assert per_target.height == 5
-    assert all(m.to_list() == ["flops", "meta_ridge", "nearest_source", "params", "ridge"]
+    assert all(m.to_list() == ["ensemble", "feature_ridge", "flops", "nearest_source", "params"]
                for m in per_target["method"])
     assert set(per_target["len"]) == {5 * quick["seeds"]}
     # energy: measured on the H100 only, so not transferable across the shipped devices
@@ -419,10 +419,10 @@ def test_cross_device_rows_of_the_shipped_s_tables_reach_the_stage_table(
     assert energy.height == 1 and "cross-device transfer needs 2" in energy["reason"][0]
     # CPU -> H100 with CUDA graphs at b8-t1024: the arch's work sets the ranking
     graph = shipped.filter(pl.col("condition") == "b8-t1024-bf16-cuda_graph",
-                           pl.col("method") == "meta_ridge")
+                           pl.col("method") == "ensemble")
     assert graph["spearman"].mean() > 0.9
     summary = pl.read_parquet(summary_out).filter("reported", pl.col("tables") == "shipped")
-    assert summary.filter(pl.col("method") == "meta_ridge")["targets"].to_list() == [5]
+    assert summary.filter(pl.col("method") == "ensemble")["targets"].to_list() == [5]
     assert shipped_per_target(quality, 10).height == 5
 
 
@@ -438,3 +438,26 @@ def test_figure_and_table_show_the_shipped_targets(quality: pl.DataFrame,
         assert all(p.stat().st_size for p in paths)
         assert "shipped" in set(transfer_table(summary, rows)["tables"])
     assert shipped_targets(shipped).select("device", "condition").n_unique() == len(TARGETS)
+
+
+def test_every_method_predicts_the_same_from_its_saved_state(
+        measurements: pl.DataFrame) -> None:
+    """A fitted method's JSON state gives back the same predictions and interval scale (what
+    an adapted surrogate stores); the ensemble's members and weights included."""
+    _, case = _case(measurements, 2)
+    chosen = select("designed", case.features, 10)
+    for name in METHODS:
+        method = make_method(name, SECTION.sigma_floor)
+        method.prepare(case.reference)
+        predicted = adapt_predictions(case, method, chosen)
+        again = method_from_state(name, json.loads(json.dumps(method.state())))
+        np.testing.assert_allclose(again.predict(case.design), predicted, err_msg=name)
+        assert again.sigma == pytest.approx(method.sigma), name
+
+
+def test_the_params_name_exactly_the_package_methods() -> None:
+    """params.schema.yaml's transfer_method and TransferSettings' Literal list METHODS."""
+    schema = yaml.safe_load((REPO_ROOT / "src/hwgptbench/schemas/params.schema.yaml"
+                             ).read_text())
+    assert schema["$defs"]["transfer_method"]["enum"] == list(METHODS)
+    assert get_args(TransferMethod) == METHODS

@@ -1,6 +1,7 @@
 """Few-shot transfer on other projects' data: the loaders of HELP's FBNet files and HAT's CSVs (on
-small synthetic files in their formats), the methods on any feature vectors (exact recovery,
-no leakage, every k), the split protocols and the summary's intervals. The real data is used
+small synthetic files in their formats), the package's transfer methods on their feature
+vectors (exact recovery, no leakage, every k), the split protocols, the summary's intervals
+and the drift flags. The real data is used
 only by the ``slow`` test, when HWGPTBENCH_HELP_FBNET names HELP's data/fbnet folder."""
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import polars as pl
 import pytest
 import torch
 
-from hwgptbench.transfer import external, fewshot
+from hwgptbench.transfer import external, external_eval
+from hwgptbench.transfer.evaluate import BASELINES, adapt_predictions, baseline_predictions, scores
 from hwgptbench.transfer.external import ExternalDataError, Split
+from hwgptbench.transfer.methods import METHODS, make_method
 
 N_ARCHS = 80
 
@@ -125,8 +128,13 @@ def test_hat_loader_and_devices(tmp_path: Path) -> None:
     assert table.features.shape == (60, len(external.HAT_FEATURES))
     assert external.device_of("wmt14ende_cpu_xeon") == "cpu_xeon"
     assert external.device_of("cpu-x/b1-t128-fp32-eager") == "cpu-x"
-    sources = fewshot.sources_of(data, external.SPLITS["hat_wmt14ende"], "wmt14ende_cpu_xeon")
+    sources = external_eval.sources_of(data, external.SPLITS["hat_wmt14ende"],
+                                       "wmt14ende_cpu_xeon")
     assert "wmt14enfr_cpu_xeon" not in sources and len(sources) == 4
+    # a choice split never takes a report target as a source
+    choice = external_eval.sources_of(data, external.SPLITS["hat_wmt14enfr"],
+                                      "wmt14enfr_cpu_xeon")
+    assert sorted(choice) == ["wmt14enfr_cpu_raspberrypi", "wmt14enfr_gpu_titanxp"]
     bad = tmp_path / "bad"
     bad.mkdir()
     pl.DataFrame({"encoder_embed_dim": [512]}).write_csv(bad / "x_cpu_xeon_all.csv")
@@ -143,69 +151,93 @@ def fbnet(tmp_path_factory: pytest.TempPathFactory) -> external.ExternalSet:
 
 @pytest.mark.parametrize("k", [1, 3, 10])
 def test_every_method_runs_and_leaks_nothing(fbnet: external.ExternalSet, k: int) -> None:
-    """Every method fits any k; changing the target's values outside the k archs changes no
-    prediction (nothing of them reaches a method)."""
-    p = fewshot.problem(fbnet, "dev2", ["dev0", "dev1", "dev4"])
+    """Every method and baseline fits any k; changing the target's values outside the k archs
+    changes no prediction (nothing of them reaches a method)."""
+    case = external_eval.case_of(fbnet, "dev2", ["dev0", "dev1", "dev4"])
     chosen = np.random.default_rng(0).choice(N_ARCHS, k, replace=False)
-    z = np.log(p.values[chosen])
-    noisy = fewshot.problem(fbnet, "dev2", ["dev0", "dev1", "dev4"])
     outside = np.setdiff1d(np.arange(N_ARCHS), chosen)
-    noisy.values = p.values.copy()
-    noisy.values[outside] *= np.random.default_rng(1).uniform(0.5, 2.0, len(outside))
-    rows = np.arange(N_ARCHS)
-    for name, method in fewshot.METHODS.items():
-        predicted = method(p, chosen, z).predict(rows)
+    noisy = external_eval.case_of(fbnet, "dev2", ["dev0", "dev1", "dev4"])
+    noisy.z = case.z.copy()
+    noisy.z[outside] += np.random.default_rng(1).uniform(-0.7, 0.7, len(outside))
+    for name in METHODS:
+        clean_method, noisy_method = make_method(name), make_method(name)
+        clean_method.prepare(case.reference)
+        noisy_method.prepare(noisy.reference)
+        predicted = adapt_predictions(case, clean_method, chosen)
         assert predicted.shape == (N_ARCHS,) and np.all(np.isfinite(predicted)), name
-        np.testing.assert_allclose(method(noisy, chosen, z).predict(rows), predicted,
+        assert np.isfinite(clean_method.sigma) and clean_method.sigma > 0, name
+        np.testing.assert_allclose(adapt_predictions(noisy, noisy_method, chosen), predicted,
                                    err_msg=name)
+    for name in BASELINES:
+        np.testing.assert_allclose(baseline_predictions(noisy, name, chosen)[1],
+                                   baseline_predictions(case, name, chosen)[1], err_msg=name)
 
 
 def test_transfer_beats_the_proxies_on_an_additive_device(fbnet: external.ExternalSet) -> None:
     """A target that is a mix of the sources' cost tables is ranked almost exactly from 10
     archs by the learned methods, better than by FLOPs."""
-    p = fewshot.problem(fbnet, "dev2", ["dev0", "dev1", "dev3", "dev4"])
+    case = external_eval.case_of(fbnet, "dev2", ["dev0", "dev1", "dev3", "dev4"])
     chosen = np.random.default_rng(3).choice(N_ARCHS, 10, replace=False)
     test = np.setdiff1d(np.arange(N_ARCHS), chosen)
-    z = np.log(p.values[chosen])
-    found = {name: fewshot.scores(p.values[test], fewshot.METHODS[name](p, chosen, z).predict(
-        test))["spearman"] for name in ("table_prior", "source_ridge", "ensemble", "flops")}
+    measured = np.exp(case.z[test])
+    found = {}
+    for name in ("table_prior", "source_ridge", "ensemble"):
+        method = make_method(name)
+        method.prepare(case.reference)
+        found[name] = scores(measured, np.exp(adapt_predictions(case, method, chosen)[test]))[
+            "spearman"]
+    ranking, _ = baseline_predictions(case, "flops", chosen)
+    found["flops"] = scores(measured, measured, ranking[test])["spearman"]
     assert found["source_ridge"] > 0.99 and found["ensemble"] > 0.97
     assert found["table_prior"] > found["flops"]
+
+
+def test_drifting_rows_are_flagged(fbnet: external.ExternalSet) -> None:
+    """A run of rows measured 1.5x slow is flagged with its ratio; a clean table has none."""
+    table = fbnet.table("dev1")
+    assert external_eval.drifting_blocks(table, block=20).is_empty()
+    slow = table.values.copy()
+    slow[20:40] *= 1.5
+    drifted = external.DeviceTable(table.device, table.keys, table.features, slow, table.flops,
+                                   table.params)
+    flagged = external_eval.drifting_blocks(drifted, block=20)
+    assert flagged.select("first_row", "last_row").rows() == [(20, 39)]
+    assert 1.3 < flagged["ratio"][0] < 1.6 and flagged["beyond_10pct"][0] > 0.8
 
 
 def test_the_help_protocol_and_the_summary(fbnet: external.ExternalSet) -> None:
     split = Split("toy", targets=("dev2",), sources=("dev0", "dev4", "dev2"), protocol="help",
                   train=50, query=30)
-    pool, tests = fewshot.pools(split, fbnet.table("dev2").values)
+    pool, tests = external_eval.pools(split, fbnet.table("dev2").values)
     assert len(pool) == 40 and len(tests["query"]) == 24 and tests["all"] is None
     assert pool.max() < 50 and tests["query"].min() >= 50
-    quality = fewshot.evaluate_split(fbnet, split, [1, 5], 3, ["table_prior", "flops"])
+    quality = external_eval.evaluate_split(fbnet, split, [1, 5], 3, ["table_prior", "flops"])
     assert quality.height == 2 * 3 * 2 * 2  # k x seeds x methods x test sets
     assert set(quality["n_test"].unique()) <= {N_ARCHS - 1, N_ARCHS - 5, 23, 24}
     assert quality.filter(pl.col("test") == "all")["n_test"].min() == N_ARCHS - 5
-    again = fewshot.evaluate_split(fbnet, split, [1, 5], 3, ["table_prior", "flops"])
+    again = external_eval.evaluate_split(fbnet, split, [1, 5], 3, ["table_prior", "flops"])
     assert quality.equals(again)  # seeded draws
-    summary = fewshot.summarize(quality)
+    summary = external_eval.summarize(quality)
     assert summary.height == 2 * 2 * 2 and (summary["seeds"] == 3).all()
     assert (summary["spearman_low"] <= summary["spearman_mean"]).all()
     assert (summary["spearman_mean"] <= summary["spearman_high"]).all()
-    worst = fewshot.worst(summary)
+    worst = external_eval.worst(summary)
     assert worst.height == 2 * 2 * 2
     with pytest.raises(ValueError, match="unknown methods"):
-        fewshot.evaluate_split(fbnet, split, [5], 1, ["maml"])
-    with pytest.raises(ValueError, match="own source"):
-        fewshot.problem(fbnet, "dev2", ["dev2"])
+        external_eval.evaluate_split(fbnet, split, [5], 1, ["maml"])
+    with pytest.raises(ValueError, match="other than itself"):
+        external_eval.case_of(fbnet, "dev2", ["dev2"])
 
 
 def test_hat_split_and_upper_bound(tmp_path: Path) -> None:
     data = external.load_hat(_hat_folder(tmp_path))
     split = Split("toy", targets=("wmt14ende_cpu_raspberrypi",))
-    summary = fewshot.summarize(fewshot.evaluate_split(data, split, [10], 2,
-                                                       ["table_prior_cv", "nearest_source"]))
+    summary = external_eval.summarize(external_eval.evaluate_split(
+        data, split, [10], 2, ["table_prior", "nearest_source"]))
     assert set(summary["test"]) == {"all"}
-    best = summary.filter(pl.col("method") == "table_prior_cv")["spearman_mean"][0]
+    best = summary.filter(pl.col("method") == "table_prior")["spearman_mean"][0]
     assert best > 0.95  # latency is linear in the cost terms
-    assert fewshot.own_cv(data, "wmt14ende_cpu_xeon")["spearman"] > 0.5
+    assert external_eval.own_cv(data, "wmt14ende_cpu_xeon")["spearman"] > 0.5
 
 
 def test_gpt_tables_as_devices(tmp_path: Path) -> None:
@@ -220,7 +252,7 @@ def test_gpt_tables_as_devices(tmp_path: Path) -> None:
     data = external.load_gpt_tables(sorted(tmp_path.glob("*.parquet")))
     assert sorted(data.tables) == ["cpu-a/b1-t128-fp32-eager", "cuda-b/b1-t128-fp32-eager"]
     split = external.gpt_split(data)
-    assert fewshot.sources_of(data, split, "cpu-a/b1-t128-fp32-eager") == \
+    assert external_eval.sources_of(data, split, "cpu-a/b1-t128-fp32-eager") == \
         ["cuda-b/b1-t128-fp32-eager"]
 
 
@@ -232,7 +264,8 @@ def test_help_fbnet_split_beats_help() -> None:
     published one on each held-out device."""
     data = external.load_help_fbnet(os.environ["HWGPTBENCH_HELP_FBNET"])
     split = external.SPLITS["help_fbnet"]
-    summary = fewshot.summarize(fewshot.evaluate_split(data, split, [10], 10, ["ensemble"]))
+    summary = external_eval.summarize(external_eval.evaluate_split(data, split, [10], 10,
+                                                                   ["ensemble"]))
     found = {r["target"]: r["spearman_mean"] for r in summary.filter(
         pl.col("test") == "query").iter_rows(named=True)}
     for target in split.targets:

@@ -24,8 +24,9 @@ log = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
 # methods first, then baselines, then the upper bound; fixed colours (Okabe-Ito and greys)
-TRANSFER_COLORS = {"ridge": "#e69f00", "meta_ridge": "#0072b2", "basis": "#56b4e9",
-                   "boost": "#009e73", "flops": "#7f7f7f", "params": "#bbbbbb",
+TRANSFER_COLORS = {"ensemble": "#d55e00", "table_prior": "#0072b2", "meta_ridge": "#56b4e9",
+                   "source_ridge": "#009e73", "feature_ridge": "#e69f00",
+                   "flops_line": "#f0e442", "flops": "#7f7f7f", "params": "#bbbbbb",
                    "nearest_source": "#cc79a7", "full_surrogate": "#000000"}
 SELECTION_STYLES: dict[str, LineStyleType] = {"designed": "-", "random": "--"}
 SHIPPED = "shipped"  # the transfer stage's ``tables`` of the shipped device tables' rows

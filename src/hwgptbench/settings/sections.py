@@ -255,11 +255,8 @@ class SearchSettings(SectionSettings):
     options: dict[str, dict[str, Any]]  # per algorithm, checked by search_algorithms.OPTIONS
 
 
-@dataclass(frozen=True)
-class BasisSettings:
-    """The ``basis`` transfer method (``transfer.basis``)."""
-
-    max_rank: int
+TransferMethod = Literal["ensemble", "table_prior", "meta_ridge", "source_ridge", "feature_ridge",
+                         "flops_line"]
 
 
 @dataclass(frozen=True)
@@ -271,16 +268,14 @@ class TransferSettings(SectionSettings):
     ks: tuple[int, ...]
     report_k: int
     hold_out: tuple[Literal["target", "device"], ...]
-    methods: tuple[Literal["ridge", "meta_ridge", "basis", "boost"], ...]
-    method: Literal["ridge", "meta_ridge", "basis", "boost"]
+    methods: tuple[TransferMethod, ...]
+    method: TransferMethod
     selections: tuple[Literal["designed", "random"], ...]
     selection: Literal["designed", "random"]
     seeds: int
     min_test: int
     folds: int
     source_model: dict[str, Any]  # LightGBM parameters of the source devices' models
-    prior_floor: float
-    basis: BasisSettings
-    boost: dict[str, Any]  # LightGBM parameters of the residual booster
+    sigma_floor: float  # the smallest log sd of an adapted surrogate's interval
     coverage: float
     seed: int

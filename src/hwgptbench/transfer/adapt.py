@@ -224,7 +224,7 @@ def adapt_device(section: TransferSettings, space: SearchSpace, vocab_size: int,
                 log.info("%s: no measured %s; nothing to adapt", device, metric)
                 continue
             sources = long_table(sources_table, [metric])
-            if not sources.height and make_method(method, section).needs_sources:
+            if not sources.height and make_method(method).needs_sources:
                 log.warning("%s: no source device measured %s; %s needs sources, skipped",
                             device, metric, method)
                 continue
@@ -245,7 +245,7 @@ ESTIMATE = ("loo_error", "validation_archs", "spearman", "within_10pct", "mdape"
 
 def _estimate(model: AdaptedSurrogate, X: np.ndarray, values: np.ndarray) -> dict[str, Any]:
     """The surrogate's leave-one-out error on its k archs (relative: exp(sigma) - 1, floored by
-    the sources' noise) and its scores on the validation archs X (measured ``values``)."""
+    ``transfer.sigma_floor``) and its scores on the validation archs X (measured ``values``)."""
     record: dict[str, Any] = {"loo_error": float(np.expm1(model.method.sigma)),
                               "validation_archs": len(values)}
     if len(values) < 2:
@@ -289,8 +289,8 @@ def _adapt_metric(section: TransferSettings, space: SearchSpace, vocab_size: int
         X = feature_matrix(space, archs, vocab_size, *shape)
         chosen, held = plan.indices(archs, X, target.name)
         values = rows["value"].to_numpy()
-        model = AdaptedSurrogate(space, vocab_size, models, make_method(method, section),
-                                 section.coverage)
+        model = AdaptedSurrogate(space, vocab_size, models,
+                                 make_method(method, section.sigma_floor), section.coverage)
         model.prepare(feature_matrix(space, reference, vocab_size, *shape), measured)
         model.fit(X[chosen], values[chosen])
         folder = out / target.metric / target.condition.id / AdaptedSurrogate.family

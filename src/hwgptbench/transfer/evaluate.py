@@ -245,7 +245,7 @@ def evaluate_metric(long: pl.DataFrame, space: SearchSpace, vocab_size: int,
                     f"no source target measured on another device than {target.device}")})
                 continue
             case = held_out_case(profiles, oof, features[j], j, others)
-            methods: dict[str, Method] = {name: make_method(name, section)
+            methods: dict[str, Method] = {name: make_method(name, section.sigma_floor)
                                           for name in section.methods}
             rows += evaluate_case(case, methods, section, base)
             rows.append({**base, "method": UPPER_BOUND, "kind": "upper_bound",

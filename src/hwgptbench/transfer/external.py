@@ -66,7 +66,7 @@ class ExternalSet:
     (numeric features) or kept (indicators). ``blocks`` and ``groups`` (one int per feature, or
     None) describe indicator features: ``blocks`` the layer a feature belongs to, ``groups``
     the op it selects; the transfer methods may tie an op's deviation from the sources across
-    layers (:mod:`.fewshot`)."""
+    layers (:class:`~.methods.TablePrior`)."""
 
     name: str
     tables: dict[str, DeviceTable]

@@ -64,9 +64,8 @@ def case_of(data: ExternalSet, target: str, sources: Sequence[str], seed: int = 
     profiles = np.empty_like(measured)
     block_of = {id(t): i for i, t in enumerate(blocks)}
     for s, (table, shared) in enumerate(zip(tables, same, strict=True)):
-        rows = slice(starts[0], starts[1]) if shared else \
-            slice(starts[block_of[id(table)]], starts[block_of[id(table)] + 1])
-        measured[rows, s] = np.log(table.values)
+        block = 0 if shared else block_of[id(table)]
+        measured[starts[block]:starts[block + 1], s] = np.log(table.values)
         profiles[:, s] = measured[:, s]
         missing = np.isnan(profiles[:, s])
         if missing.any():
@@ -110,7 +109,7 @@ def evaluate_split(data: ExternalSet, split: Split, ks: Sequence[int], seeds: in
     """Quality rows (``QUALITY_SCHEMA``): every target of the split held out, k archs drawn
     from its pool ``seeds`` times per k, every method and baseline fitted and scored on each
     test set."""
-    names = list(methods or METHODS)
+    names = list(methods or (*METHODS, *BASELINES))
     unknown = [m for m in names if m not in METHODS and m not in BASELINES]
     if unknown:
         raise ValueError(f"unknown methods {', '.join(unknown)}; known: "
@@ -167,6 +166,35 @@ def out_of_fold(table: DeviceTable, folds: int = 5, seed: int = 0) -> np.ndarray
                                 SOURCE_MODEL, seed)
         predicted[fold == i] = booster.predict(table.features[fold == i])
     return predicted
+
+
+DRIFT_SCHEMA = {"table": pl.String, "first_row": pl.Int64, "last_row": pl.Int64,
+                "ratio": pl.Float64, "beyond_10pct": pl.Float64}
+
+
+def drifting_blocks(table: DeviceTable, block: int = 100, threshold: float = 0.10
+                    ) -> pl.DataFrame:
+    """Runs of consecutive rows (in the file's order, ``block`` rows at a time) whose median
+    measured / modelled latency differs from the table's by more than ``threshold``: the
+    model is the table's own LightGBM model, out of fold. Each run with that ratio and its
+    share of rows beyond ±10%. A flag, not a filter: the scores use every row."""
+    residual = np.log(table.values) - out_of_fold(table)
+    residual -= np.median(residual)
+    n = len(residual)
+    flagged: list[tuple[int, int]] = []
+    for start in range(0, n, block):
+        stop = min(start + block, n)
+        if abs(np.expm1(np.median(residual[start:stop]))) <= threshold:
+            continue
+        if flagged and flagged[-1][1] == start:
+            flagged[-1] = (flagged[-1][0], stop)
+        else:
+            flagged.append((start, stop))
+    rows = [{"table": table.device, "first_row": a, "last_row": b - 1,
+             "ratio": float(np.exp(np.median(residual[a:b]))),
+             "beyond_10pct": float(np.mean(np.abs(np.expm1(residual[a:b])) > 0.10))}
+            for a, b in flagged]
+    return pl.DataFrame(rows, schema=DRIFT_SCHEMA)
 
 
 def summarize(quality: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:

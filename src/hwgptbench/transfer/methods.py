@@ -16,11 +16,14 @@ which intervals are drawn. ``state()`` holds everything needed to predict, as JS
   by exact leave-one-out error on the k archs: log or relative (value / mean) scale, noise
   factor, and, for indicator features of (block, group) (HELP's (layer, op)), a tie of
   strength τ: a group's deviation from the prior shared by every block.
+- ``meta_ridge``: the same linear model under a mixture prior of the sources' lines, each
+  weighted by its precision and by its likelihood of the k archs up to an offset (the sources
+  that behave like the target count most); MAP, prior sd floored at 0.05.
 - ``source_ridge``: ridge of the target's log values on the sources' centred log profiles
   (penalty by leave-one-out): a learned combination of the source devices.
 - ``feature_ridge``: ridge on the standardised linear features from the k archs alone.
 - ``flops_line``: a log-log line through the k archs on the FLOPs count.
-- ``ensemble`` (the default): the mean log prediction of the four above, weighted by the
+- ``ensemble`` (the default): the mean log prediction of the five above, weighted by the
   inverse of each one's mean squared leave-one-out error on the k archs (equal weights below
   ``MIN_LOO`` archs).
 
@@ -30,7 +33,7 @@ docs/transfer.md says how the family was chosen and what lost against it.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -179,31 +182,12 @@ class _Standardised(_Fitted):
 @dataclass
 class _Prior:
     """The sources' lines in one scale: mean (d,), covariance (d, d) with its floor, the tie
-    matrix (d, groups) or None, and the mean residual variance; each source's line (S, d) and
-    residual variance (S,) for the prior weighted towards the sources like the k archs."""
+    matrix (d, groups) or None, and the mean residual variance."""
 
     mean: np.ndarray
     cov: np.ndarray
     tie: np.ndarray | None
     noise: float
-    lines: np.ndarray
-    variances: np.ndarray
-
-    def weighted(self, A: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and covariance of the mixture of the sources' lines, each weighted by its
-        precision and its likelihood of the k rows (A, t) up to an offset."""
-        precision = 1 / np.maximum(self.variances, 1e-12)
-        noise = len(precision) / precision.sum()  # harmonic mean of the variances
-        offsets = t[:, None] - A @ self.lines.T
-        misfit = ((offsets - offsets.mean(0)) ** 2).sum(0)
-        log_weights = np.log(precision / precision.sum()) - misfit / (2 * noise)
-        weights = np.exp(log_weights - log_weights.max())
-        weights /= weights.sum()
-        mean = weights @ self.lines
-        spread = self.lines - mean
-        floor = self.cov - PRIOR_SCALE * np.atleast_2d(np.cov(self.lines, rowvar=False)) \
-            if len(self.lines) > 1 else self.cov
-        return mean, PRIOR_SCALE * (spread.T * weights) @ spread + floor
 
 
 def _tie(coefs: np.ndarray, blocks: np.ndarray, groups: np.ndarray) -> np.ndarray:
@@ -231,9 +215,8 @@ class TablePrior(_Standardised):
     name: ClassVar[str] = "table_prior"
     needs_sources: ClassVar[bool] = True
 
-    def __init__(self, sigma_floor: float = DEFAULT_SIGMA_FLOOR,
-                 mixtures: tuple[bool, ...] = (False, True)) -> None:
-        self.sigma_floor, self.mixtures = sigma_floor, mixtures
+    def __init__(self, sigma_floor: float = DEFAULT_SIGMA_FLOOR) -> None:
+        self.sigma_floor = sigma_floor
         self.priors: dict[str, _Prior] = {}
         self.mean = self.scale = self.coef = np.zeros(0)
         self.intercept, self.level, self.kind, self.setting = 0.0, 1.0, "log", ""
@@ -252,16 +235,15 @@ class TablePrior(_Standardised):
             coefs, variances = [], []
             for values in reference.measured.T:
                 rows = np.isfinite(values)
-                if rows.sum() <= D.shape[1]:
-                    continue  # too few measured archs for a line: no prior component
+                if rows.sum() < 2:
+                    continue  # no line through fewer archs: no prior component
                 t = _transform(scale, values[rows])
-                theta, *_ = np.linalg.lstsq(D[rows], t, rcond=None)
+                theta, *_ = np.linalg.lstsq(D[rows], t, rcond=None)  # least norm if n < d
                 residual = t - D[rows] @ theta
                 coefs.append(theta[1:])
-                variances.append(float(residual @ residual / (rows.sum() - D.shape[1])))
+                variances.append(float(residual @ residual / max(rows.sum() - D.shape[1], 1)))
             if not coefs:
-                raise ValueError(f"table_prior: no source measured more than {D.shape[1]} of "
-                                 "the reference archs")
+                raise ValueError("table_prior: no source measured two of the reference archs")
             C = np.asarray(coefs)
             spread = np.atleast_2d(np.cov(C, rowvar=False)) if len(C) > 1 else np.zeros((d, d))
             tie = None
@@ -269,23 +251,22 @@ class TablePrior(_Standardised):
                 tie = np.vstack([_tie(C[:, :-2], structure.blocks[:-2], structure.groups[:-2]),
                                  np.zeros((2, int(structure.groups[:-2].max()) + 1))])
             self.priors[scale] = _Prior(C.mean(0), PRIOR_SCALE * spread + np.diag(floor ** 2),
-                                        tie, float(np.mean(variances)), C,
-                                        np.asarray(variances))
+                                        tie, float(np.mean(variances)))
 
-    def _settings(self, k: int) -> list[tuple[str, float, float, bool]]:
+    def _settings(self, k: int) -> list[tuple[str, float, float]]:
         if k < MIN_LOO:
-            return [("log", 0.0, NOISE_FACTORS[0], False)]
+            return [("log", 0.0, NOISE_FACTORS[0])]
         taus = TAUS if self.priors["log"].tie is not None else (0.0,)
-        return list(itertools.product(SCALES, taus, NOISE_FACTORS, self.mixtures))
+        return list(itertools.product(SCALES, taus, NOISE_FACTORS))
 
     def fit(self, design: Design, z: np.ndarray) -> None:
         A = self._standardised(design)
         best: tuple[float, Any] | None = None
-        for scale, tau, noise, mixture in self._settings(len(z)):
+        for scale, tau, noise in self._settings(len(z)):
             prior = self.priors[scale]
             level = float(np.exp(z).mean()) if scale == "relative" else 1.0
             t = np.exp(z) / level if scale == "relative" else z
-            mean, cov = prior.weighted(A, t) if mixture else (prior.mean, prior.cov)
+            mean, cov = prior.mean, prior.cov
             if tau > 0 and prior.tie is not None:
                 cov = cov + tau ** 2 * prior.tie @ prior.tie.T
             projected = A @ cov
@@ -297,12 +278,11 @@ class TablePrior(_Standardised):
             error = float(np.mean(np.square(loo)))
             if best is None or error < best[0]:
                 coef = mean + projected.T @ alpha
-                best = (error, (scale, tau, noise, mixture, level, coef, INTERCEPT * alpha.sum(),
-                                loo))
+                best = (error, (scale, tau, noise, level, coef, INTERCEPT * alpha.sum(), loo))
         assert best is not None
-        self.kind, tau, noise, mixture, self.level, self.coef, self.intercept, self._loo = best[1]
+        self.kind, tau, noise, self.level, self.coef, self.intercept, self._loo = best[1]
         self.intercept = float(self.intercept)
-        self.setting = f"{self.kind} tau={tau:g} noise={noise:g} mixture={mixture}"
+        self.setting = f"{self.kind} tau={tau:g} noise={noise:g}"
 
     def predict(self, design: Design) -> np.ndarray:
         mean = self._standardised(design) @ self.coef + self.intercept
@@ -482,14 +462,14 @@ class MetaRidge(_Standardised):
         coefs, variances = [], []
         for values in reference.measured.T:
             rows = np.isfinite(values)
-            if rows.sum() <= D.shape[1]:
+            if rows.sum() < 2:
                 continue
             theta, *_ = np.linalg.lstsq(D[rows], values[rows], rcond=None)
             residual = values[rows] - D[rows] @ theta
             coefs.append(theta[1:])
-            variances.append(residual @ residual / (rows.sum() - D.shape[1]))
+            variances.append(residual @ residual / max(rows.sum() - D.shape[1], 1))
         if not coefs:
-            raise ValueError("meta_ridge: no source measured enough reference archs")
+            raise ValueError("meta_ridge: no source measured two of the reference archs")
         precision = 1 / np.maximum(np.asarray(variances), self.prior_floor ** 2)
         self.source_coefs = np.asarray(coefs)
         self.source_weights = precision / precision.sum()
@@ -526,72 +506,16 @@ class MetaRidge(_Standardised):
         return method
 
 
-class Basis(_Fitted):
-    """An offset plus a low-rank combination of the sources' centred profiles, MAP under a
-    prior of the sources' own coefficients."""
-
-    name: ClassVar[str] = "basis"
-    needs_sources: ClassVar[bool] = True
-
-    def __init__(self, sigma_floor: float = DEFAULT_SIGMA_FLOOR, max_rank: int = 8,
-                 prior_floor: float = 0.05) -> None:
-        self.sigma_floor, self.max_rank, self.prior_floor = sigma_floor, max_rank, prior_floor
-        self.center = self.loadings = self.prior_mean = self.prior_cov = self.coef = np.zeros(0)
-        self.noise = float("nan")
-
-    def prepare(self, reference: Design) -> None:
-        G = reference.sources
-        if G.shape[1] == 0:
-            raise ValueError("basis needs at least one source")
-        n = len(G)
-        self.center = G.mean(0)
-        _, singular, Vt = np.linalg.svd(G - self.center, full_matrices=False)
-        r = max(int(min(self.max_rank, n - 1, np.sum(singular > singular[0] * 1e-6))), 1)
-        self.loadings = Vt[:r].T / np.maximum(singular[:r], 1e-12) * np.sqrt(n)
-        coords = (Vt[:r] * singular[:r, None]).T / np.sqrt(n)
-        self.prior_mean = coords.mean(0)
-        spread = np.atleast_2d(np.cov(coords, rowvar=False)) if len(coords) > 1 else \
-            np.zeros((r, r))
-        self.prior_cov = spread + self.prior_floor ** 2 * np.eye(r)
-        self.noise = self.prior_floor ** 2
-
-    def _matrix(self, design: Design) -> np.ndarray:
-        scores = (design.sources - self.center) @ self.loadings
-        return np.column_stack([np.ones(len(scores)), scores])
-
-    def fit(self, design: Design, z: np.ndarray) -> None:
-        D = self._matrix(design)
-        penalty = np.zeros((D.shape[1], D.shape[1]))
-        penalty[1:, 1:] = self.noise * np.linalg.inv(self.prior_cov)
-        self.coef, self._loo = penalized_fit(D, z, penalty,
-                                             np.concatenate([[0.0], self.prior_mean]))
-
-    def predict(self, design: Design) -> np.ndarray:
-        return self._matrix(design) @ self.coef
-
-    def state(self) -> dict[str, Any]:
-        return {"center": self.center.tolist(), "loadings": self.loadings.tolist(),
-                "coef": self.coef.tolist(), **_loo_state(self)}
-
-    @classmethod
-    def from_state(cls, state: Mapping[str, Any]) -> Basis:
-        method = cls(state["sigma_floor"])
-        method.center, method.loadings, method.coef = (
-            np.asarray(state[k], dtype=np.float64) for k in ("center", "loadings", "coef"))
-        method._loo = _loo_of(state)
-        return method
-
-
 class Ensemble:
     """The members' mean log prediction, weighted by 1 / their leave-one-out error."""
 
     name: ClassVar[str] = "ensemble"
     needs_sources: ClassVar[bool] = True
 
-    def __init__(self, members: list[Method], power: float = 1.0) -> None:
+    def __init__(self, members: list[Method]) -> None:
         if not members:
             raise ValueError("an ensemble needs members")
-        self.members, self.power = members, power
+        self.members = members
         self.weights = np.full(len(members), 1 / len(members))
 
     @property
@@ -617,7 +541,7 @@ class Ensemble:
         if len(z) < MIN_LOO or not np.all(np.isfinite(errors)):
             self.weights = np.full(len(self.members), 1 / len(self.members))
         else:
-            weights = (errors.min() / np.maximum(errors, 1e-12)) ** self.power
+            weights = errors.min() / np.maximum(errors, 1e-12)
             self.weights = weights / weights.sum()
 
     def predict(self, design: Design) -> np.ndarray:
@@ -625,69 +549,37 @@ class Ensemble:
                        zip(self.weights, self.members, strict=True)], axis=0)
 
     def state(self) -> dict[str, Any]:
-        return {"weights": self.weights.tolist(), "power": self.power,
+        return {"weights": self.weights.tolist(),
                 "members": [{"name": m.name, "state": m.state()} for m in self.members]}
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> Ensemble:
-        method = cls([method_from_state(m["name"], m["state"]) for m in state["members"]],
-                     float(state["power"]))
+        method = cls([method_from_state(m["name"], m["state"]) for m in state["members"]])
         method.weights = np.asarray(state["weights"], dtype=np.float64)
         return method
 
 
 def ensemble(sigma_floor: float = DEFAULT_SIGMA_FLOOR) -> Ensemble:
-    """The default: one predictor of each kind (learned transfer, the sources combined, the
-    FLOPs proxy, the target alone)."""
-    return Ensemble([TablePrior(sigma_floor), SourceRidge(sigma_floor), FlopsLine(sigma_floor),
-                     FeatureRidge(sigma_floor)])
-
-
-def _powered(power: float) -> Callable[[float], Method]:
-    def make(sigma_floor: float) -> Method:
-        method = ensemble(sigma_floor)
-        method.power = power
-        return method
-    return make
-
-
-def _flat(sigma_floor: float) -> Method:
-    return TablePrior(sigma_floor, (False,))
-
-
-def _mixed(sigma_floor: float) -> Method:
-    return TablePrior(sigma_floor, (True,))
-
-
-def _ens5(sigma_floor: float) -> Method:
-    return Ensemble([TablePrior(sigma_floor, (False,)), MetaRidge(sigma_floor),
-                     SourceRidge(sigma_floor), FlopsLine(sigma_floor),
-                     FeatureRidge(sigma_floor)])
-
-
-def _ens_flat(sigma_floor: float) -> Method:
-    return Ensemble([TablePrior(sigma_floor, (False,)), SourceRidge(sigma_floor),
+    """The default: one predictor of each kind (the sources' prior, flat and weighted towards
+    the sources like the target; the sources combined; the FLOPs proxy; the target alone)."""
+    return Ensemble([TablePrior(sigma_floor), MetaRidge(sigma_floor), SourceRidge(sigma_floor),
                      FlopsLine(sigma_floor), FeatureRidge(sigma_floor)])
 
 
-MAKERS: dict[str, Callable[[float], Method]] = {
-    "tp_flat": _flat, "tp_mixed": _mixed, "ens5": _ens5, "ens_flat": _ens_flat,
-    "ensemble": ensemble, "ensemble_p2": _powered(2.0), "ensemble_p4": _powered(4.0),
-    "meta_ridge": MetaRidge, "basis": Basis, "table_prior": TablePrior, "source_ridge": SourceRidge,
-    "feature_ridge": FeatureRidge, "flops_line": FlopsLine}
-METHODS = tuple(MAKERS)
-_CLASSES: dict[str, Any] = {"tp_flat": TablePrior, "tp_mixed": TablePrior, "ens5": Ensemble,
-                            "ens_flat": Ensemble, "ensemble": Ensemble, "ensemble_p2": Ensemble,
-                            "ensemble_p4": Ensemble, "meta_ridge": MetaRidge, "basis": Basis, "table_prior": TablePrior,
-                            "source_ridge": SourceRidge, "feature_ridge": FeatureRidge,
-                            "flops_line": FlopsLine}
+_CLASSES: dict[str, Any] = {"ensemble": Ensemble, "table_prior": TablePrior,
+                            "meta_ridge": MetaRidge, "source_ridge": SourceRidge,
+                            "feature_ridge": FeatureRidge, "flops_line": FlopsLine}
+METHODS = tuple(_CLASSES)
 
 
 def make_method(name: str, sigma_floor: float = DEFAULT_SIGMA_FLOOR) -> Method:
     """A fresh method by name."""
-    if name not in MAKERS:
+    if name == "ensemble":
+        return ensemble(sigma_floor)
+    if name not in _CLASSES:
         raise ValueError(f"unknown transfer method {name!r}; known: {', '.join(METHODS)}")
-    return MAKERS[name](sigma_floor)
+    method: Method = _CLASSES[name](sigma_floor)
+    return method
 
 
 def method_from_state(name: str, state: Mapping[str, Any]) -> Method:

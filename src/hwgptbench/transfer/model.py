@@ -24,7 +24,7 @@ from ..io import read_json
 from ..lightgbm_core import read_booster
 from ..predictors.base import FIX, check_features, check_rows, to_target
 from ..space import SearchSpace
-from .methods import Design, Method, method_from_state
+from .methods import Design, Method, gpt_linear, method_from_state
 from .sources import SourceModel, condition_features
 from .targets import Target
 
@@ -58,13 +58,13 @@ class AdaptedSurrogate:
         features = condition_features(self.space, encoded, self.vocab_size,
                                       [s.target for s in self.sources])
         logs = [s.predict_log(f) for s, f in zip(self.sources, features, strict=True)]
-        return Design(X, np.column_stack(logs) if logs else np.zeros((len(X), 0)))
+        return Design(gpt_linear(X), np.column_stack(logs) if logs else np.zeros((len(X), 0)))
 
     def prepare(self, reference: np.ndarray, measured: np.ndarray) -> AdaptedSurrogate:
         """Let the method learn from the sources over reference archs (features X) and the
         sources' measured log values of them (NaN where not measured); return self."""
         design = self.design(reference)
-        self.method.prepare(Design(design.features, design.sources, measured))
+        self.method.prepare(Design(design.linear, design.sources, measured))
         return self
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> AdaptedSurrogate:
