@@ -33,7 +33,7 @@ SECTION = {"metrics": ["latency_ms"], "families": ["lightgbm"], "default_family"
            "lightgbm": {"num_iterations": 40, "num_leaves": 7, "min_data_in_leaf": 3},
            "coverage": 0.9, "folds": 3, "min_rows": 10, "seed": 0}
 LOCAL_PERPLEXITY = 3.0  # the local perplexities: the shipped ones times this
-TRANSFER = {"metrics": ["latency_ms"], "method": "ridge", "selection": "random",
+TRANSFER = {"metrics": ["latency_ms"], "method": "feature_ridge", "selection": "random",
             "source_model": {"num_iterations": 20, "num_leaves": 7, "min_data_in_leaf": 3}}
 
 

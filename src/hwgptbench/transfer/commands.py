@@ -139,8 +139,8 @@ def print_estimate(written: list[dict[str, Any]], device: str, summary: Path) ->
                    float_precision=3, tbl_hide_dataframe_shape=True):
         print(f"adapted {device} ({Path(summary).parent}); estimated error of each surrogate:")
         print(table)
-    print("loo_error: RMS leave-one-out error on the k archs (relative; floored by the sources' "
-          "noise: the interval's scale)")
+    print("loo_error: RMS leave-one-out error on the k archs (relative; floored by "
+          "transfer.sigma_floor: the interval's scale)")
     if not table["validation_archs"].sum():
         print("no validation archs: --validate N measures N more archs (or takes N rows of "
               "--measurements beyond the k) and scores the surrogate on them")

@@ -49,7 +49,7 @@ PROXY_FLOOR = 0.1    # prior sd floor of the slopes of log FLOPs and log paramet
 INTERCEPT = 100.0    # prior variance of the free intercept (log units)
 MIN_LOO = 3          # fewest archs on which a choice by leave-one-out is made
 NO_LOO_SIGMA = float(np.log(2.0))  # sigma without a leave-one-out error: a factor of 2
-DEFAULT_SIGMA_FLOOR = 0.02
+DEFAULT_SIGMA_FLOOR = 0.05
 
 
 @dataclass(frozen=True)
@@ -554,6 +554,8 @@ class Ensemble:
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> Ensemble:
+        if any(m["name"] == cls.name for m in state["members"]):
+            raise ValueError("an ensemble's members are never ensembles")
         method = cls([method_from_state(m["name"], m["state"]) for m in state["members"]])
         method.weights = np.asarray(state["weights"], dtype=np.float64)
         return method
