@@ -51,9 +51,8 @@ except ImportError:  # a checkout without the package installed
 
 from hwgptbench.meters.condition import Condition
 from hwgptbench.meters.device import default_device, fingerprint
-from hwgptbench.meters.energy import EnergyMeter, open_energy_meter
+from hwgptbench.meters.energy import EnergyMeter, calibrate, open_energy_meter
 from hwgptbench.meters.host import auto_label
-from hwgptbench.meters.latency import synchronize
 from hwgptbench.meters.runner import Settings, build_model, measure_arch
 from hwgptbench.space import Arch, SearchSpace
 from hwgptbench.versions import library_versions
@@ -98,30 +97,6 @@ def draw_archs(out: Path, seed: int = 0, exclude_shipped: str | None = None) -> 
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1))
     return doc
-
-
-def counter_period_s(meter: EnergyMeter, device: torch.device, seconds: float = 1.5
-                     ) -> dict[str, Any]:
-    """How often the energy counter steps, read while the GPU multiplies matrices, and the
-    idle power over the same time (mW, from the counter)."""
-    a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
-    steps, last = [], meter.read_mj()
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        a @ a
-        synchronize(device)
-        now = meter.read_mj()
-        if now != last:
-            steps.append(time.perf_counter())
-            last = now
-    gaps = sorted(b - a_ for a_, b in zip(steps, steps[1:], strict=False))
-    synchronize(device)
-    time.sleep(1.0)
-    idle_from, idle_start = meter.read_mj(), time.perf_counter()
-    time.sleep(2.0)
-    idle_mw = (meter.read_mj() - idle_from) / (time.perf_counter() - idle_start)
-    return {"counter_steps": len(steps), "counter_period_s": gaps[len(gaps) // 2] if gaps else None,
-            "idle_power_w": idle_mw / 1000}
 
 
 def _error_row(arch: Arch, condition: Condition, error: BaseException) -> dict[str, Any]:
@@ -192,8 +167,9 @@ def measure(archs_file: Path, out: Path, seconds: float, device: torch.device | 
     start = time.perf_counter()
     with open_energy_meter(device) as meter:
         summary["energy"] = {"source": meter.source, "reason": meter.reason}
-        if meter.available and device.type == "cuda":
-            summary["energy"] |= counter_period_s(meter, device)
+        calibrate(meter)  # idle power (every row's energy_idle_w) and the counter's period
+        summary["energy"] |= {"counter_period_s": meter.period_s, "idle_power_w": meter.idle_w}
+        base["energy_idle_w"] = meter.idle_w
         log.info("energy meter: %s", summary["energy"])
         share = 0.0
         for phase, fraction in PHASES:

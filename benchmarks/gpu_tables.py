@@ -71,18 +71,26 @@ def cost_vs_size(device: str) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
+NVML_PERIOD_S = 0.1  # the H100's NVML energy counter advances every 100.0 ms (measured)
+
 def energy(device: str) -> pl.DataFrame:
-    """Per scale: energy per token at the default condition, the mean power it implies, and
-    how energy ranks against latency and size."""
+    """Per scale: energy per token at the default condition, the energy window's mean power,
+    its time per forward against the latency, and how energy ranks against latency and size."""
     rows = []
     for scale in ("s", "m", "l"):
         part = published.device_tables(scale)[device].filter(pl.col("energy_mj").is_not_null())
         tokens = part["batch_size"] * part["seq_len"]
         per_token = part["energy_mj"] / tokens
-        power = part["energy_mj"] / part["latency_ms"]
+        # the window's own mean power over its whole counter periods (NVML: 100 ms each):
+        # energy over the time it was drawn in, never energy over the forward's latency
+        periods = (part["energy_window_s"] / NVML_PERIOD_S).round().clip(lower_bound=1)
+        power = part["energy_mj"] * part["energy_calls"] / (periods * NVML_PERIOD_S) / 1000
+        per_forward = periods * NVML_PERIOD_S * 1000 / part["energy_calls"] / part["latency_ms"]
         rows.append({"scale": scale, "archs": part.height,
                      "mJ/token (min–max)": f"{per_token.min():.3f}–{per_token.max():.3f}",
-                     "mean power W (median)": float(power.median()),
+                     "window power W (median)": float(power.median()),
+                     "window power W (max)": float(power.max()),
+                     "window time per forward / latency (median)": float(per_forward.median()),
                      "window s (median)": float(part["energy_window_s"].median()),
                      "τ(energy, latency)": kendalltau(part["energy_mj"], part["latency_ms"])[0],
                      "ρ(energy, params)": spearmanr(part["energy_mj"], part["params"])[0]})

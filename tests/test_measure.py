@@ -23,6 +23,7 @@ from hwgptbench.meters import energy, host, latency, runner
 from hwgptbench.meters.condition import CONDITION_KEYS, Condition
 from hwgptbench.meters.device import dtype_unsupported_reason, fingerprint
 from hwgptbench.meters.energy import (
+    ENERGY_VALUES,
     EnergyMeter,
     PowerSamplingMeter,
     RaplMeter,
@@ -59,7 +60,7 @@ S = SearchSpace.from_dict("s", {
     "rotary_fraction": 0.5})
 ROW_COLUMNS = [
     "arch_id", *CONDITION_KEYS, "params", "flops", "threads",
-    "status", "reason", *LATENCY_FIELDS, "energy_mj", "energy_window_s", "energy_calls",
+    "status", "reason", *LATENCY_FIELDS, *ENERGY_VALUES,
     "energy_source", "energy_reason", "memory_weights_mb", "memory_peak_mb",
     "memory_activations_mb", "memory_reason",
 ]
@@ -189,8 +190,8 @@ def test_energy_unavailable_without_a_counter(tmp_path: Path) -> None:
         raise AssertionError("no window runs without a meter")
 
     row = measure_energy(fail, missing, CPU)
-    assert row == {"energy_mj": None, "energy_window_s": None, "energy_calls": None,
-                   "energy_source": "rapl", "energy_reason": missing.reason}
+    assert row == {**dict.fromkeys(ENERGY_VALUES), "energy_source": "rapl",
+                   "energy_reason": missing.reason}
     with pytest.raises(RuntimeError, match="unavailable"):
         missing.read_mj()
     _rapl_zone(tmp_path / "psys", "intel-rapl:1", "psys", 0, 100)

@@ -99,6 +99,8 @@ _LATENCY_COLUMNS = {
 }
 _ENERGY_COLUMNS = {
     "energy_mj": "Float64", "energy_window_s": "Float64", "energy_calls": "Int64",
+    "energy_power_w": "Float64", "energy_ms_per_call": "Float64",
+    "energy_above_idle_mj": "Float64", "energy_idle_w": "Float64",
     "energy_source": "String", "energy_reason": "String",
 }
 _MEMORY_COLUMNS = {

@@ -41,7 +41,7 @@ from .budget import (
 )
 from .condition import Condition
 from .device import default_device, fingerprint
-from .energy import EnergyMeter, open_energy_meter
+from .energy import ENERGY_VALUES, EnergyMeter, calibrate, open_energy_meter
 from .groups import group_factors, rescale
 from .host import resolve_label
 from .latency import LATENCY_FIELDS
@@ -331,9 +331,8 @@ class _Campaign:
 def _unmeasured_oom(row: dict[str, Any], reason: str) -> dict[str, Any]:
     """A row whose arch ran out of memory while timed: its other metrics are dropped too, as
     for an arch that ran out of memory anywhere else."""
-    nulls = {k: None for k in (*LATENCY_FIELDS, "latency_drift_cv", "energy_mj",
-                               "energy_window_s", "energy_calls", "memory_weights_mb",
-                               "memory_peak_mb", "memory_activations_mb")}
+    nulls = {k: None for k in (*LATENCY_FIELDS, "latency_drift_cv", *ENERGY_VALUES,
+                               "memory_weights_mb", "memory_peak_mb", "memory_activations_mb")}
     return row | nulls | further_nulls(reason) | {"status": "oom", "reason": reason,
                                                   "memory_reason": reason,
                                                   "energy_reason": reason}
@@ -385,6 +384,10 @@ def measure_rows(section: MeasureSettings, space: SearchSpace, archs: Sequence[A
     with open_energy_meter(device) as meter:
         if not meter.available:
             log.info("energy not measured: %s", meter.reason)
+        else:
+            calibrate(meter)
+            log.info("idle power of %s: %s W (subtracted in energy_above_idle_mj)", resolved,
+                     "unmeasured" if meter.idle_w is None else f"{meter.idle_w:.1f}")
         campaign = _Campaign(section, space, archs, vocab_size, device, meter, settings)
         for condition in conditions(section, space, device):
             plan = (parts.plan(condition, functools.partial(campaign.plan, condition), len(archs))
@@ -402,6 +405,7 @@ def measure_rows(section: MeasureSettings, space: SearchSpace, archs: Sequence[A
             repeats = campaign.repeat_latencies(condition, measured)
             rows += [{"device": resolved, "scale": space.name, **row,
                       "latency_repeat_ms": repeats.get(row["arch_id"]),
-                      "latency_interleaved": section.interleave, **identity, **versions}
+                      "latency_interleaved": section.interleave, "energy_idle_w": meter.idle_w,
+                      **identity, **versions}
                      for row in measured]
     return rows

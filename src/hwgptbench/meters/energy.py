@@ -10,6 +10,7 @@ rows carry ``energy_mj`` None, never 0.
 
 from __future__ import annotations
 
+import collections
 import logging
 import re
 import threading
@@ -20,10 +21,11 @@ from typing import Any
 
 import torch
 
-from .latency import synchronize
-
 log = logging.getLogger(__name__)
 
+# the value columns of an energy row (null without a meter), beside energy_source and _reason
+ENERGY_VALUES = ("energy_mj", "energy_window_s", "energy_calls", "energy_power_w",
+                 "energy_ms_per_call", "energy_above_idle_mj")
 POWERCAP = Path("/sys/class/powercap")
 _RAPL_ZONE = re.compile(r"intel-rapl:\d+")
 _PACKAGE = re.compile(r"package-\d+")
@@ -38,6 +40,8 @@ class EnergyMeter:
     def __init__(self, source: str, reason: str | None = None) -> None:
         self.source = source
         self.reason = reason
+        self.idle_w: float | None = None  # power with nothing running, once calibrated
+        self.period_s: float | None = None  # update period of a stepping counter, likewise
 
     @property
     def available(self) -> bool:
@@ -199,48 +203,130 @@ def open_energy_meter(device: torch.device, rapl_root: Path = POWERCAP) -> Energ
     return meter
 
 
-def _until_step(fn: Callable[[], Any], meter: EnergyMeter, device: torch.device,
-                last_mj: float, deadline: float) -> tuple[float, int]:
-    """Call fn (each call completed before the next) until the counter moves past last_mj;
-    the new reading and the calls made. Gives up at deadline (the reading then is the last)."""
-    calls = 0
-    while True:
+QUEUE_DEPTH = 3  # calls in flight on an asynchronous device while its counter is read
+
+
+class CallQueue:
+    """Calls of fn issued to a device without waiting for each one: on CUDA at most ``depth``
+    in flight (an event recorded after each; the host waits for the oldest only), so the
+    device stays busy while the host reads a counter; elsewhere each call returns done."""
+
+    def __init__(self, fn: Callable[[], Any], device: torch.device,
+                 depth: int = QUEUE_DEPTH) -> None:
+        self.fn, self.depth = fn, depth
+        self.asynchronous = torch.device(device).type == "cuda"
+        self._pending: collections.deque[Any] = collections.deque()
+        self._done = 0
+
+    def submit(self) -> None:
+        """Issue one call (waiting first for the oldest of ``depth`` in flight)."""
+        self.fn()
+        if not self.asynchronous:
+            self._done += 1
+            return
+        event = torch.cuda.Event()
+        event.record()
+        self._pending.append(event)
+        while len(self._pending) > self.depth:
+            self._pending.popleft().synchronize()
+            self._done += 1
+
+    def completed(self) -> int:
+        """Calls finished so far (without waiting for any)."""
+        while self._pending and self._pending[0].query():
+            self._pending.popleft()
+            self._done += 1
+        return self._done
+
+    def drain(self) -> None:
+        """Wait for every call issued."""
+        while self._pending:
+            self._pending.popleft().synchronize()
+            self._done += 1
+
+
+def _next_step(queue: CallQueue, meter: EnergyMeter, last_mj: float, deadline: float,
+               clock: Callable[[], float]) -> float:
+    """Keep the queue busy and read the counter until it moves past last_mj (or the deadline
+    passes); the new reading."""
+    now = meter.read_mj()
+    while now == last_mj and clock() < deadline:
+        queue.submit()
         now = meter.read_mj()
-        if now != last_mj or time.perf_counter() > deadline:
-            return now, calls
-        fn()
-        synchronize(device)
-        calls += 1
+    return now
+
+
+def calibrate(meter: EnergyMeter, seconds: float = 1.0,
+              clock: Callable[[], float] = time.perf_counter,
+              sleep: Callable[[float], None] = time.sleep) -> None:
+    """Set the meter's idle power (W, nothing running, over at least ``seconds``) and, for a
+    counter that advances in steps, its update period (s: from one step to the first step at
+    least ``seconds`` later, polled every millisecond); nothing without a meter."""
+    if not meter.available:
+        return
+    if not meter.steps:
+        start, start_mj = clock(), meter.read_mj()
+        sleep(seconds)
+        meter.idle_w = (meter.read_mj() - start_mj) / max(clock() - start, 1e-9) / 1000
+        return
+    deadline = clock() + 2 * max(1.0, seconds)
+    previous = meter.read_mj()
+    first: tuple[float, float] | None = None
+    steps = 0
+    while clock() < deadline:
+        sleep(0.001)
+        now = meter.read_mj()
+        if now == previous:
+            continue
+        previous = now
+        if first is None:
+            first = (clock(), now)
+            continue
+        steps += 1
+        elapsed = clock() - first[0]
+        if elapsed >= seconds:
+            meter.period_s, meter.idle_w = elapsed / steps, (now - first[1]) / elapsed / 1000
+            return
+    log.warning("the %s counter did not advance twice in %.0f s: idle power and update period "
+                "not measured", meter.source, 2 * max(1.0, seconds))
 
 
 def measure_energy(fn: Callable[[], Any], meter: EnergyMeter, device: torch.device,
-                   min_seconds: float = 3.0) -> dict[str, Any]:
-    """Energy per call of fn, from the meter over a window of repeated calls of at least
-    min_seconds.
+                   min_seconds: float = 3.0, clock: Callable[[], float] = time.perf_counter,
+                   queue: CallQueue | None = None) -> dict[str, Any]:
+    """Energy per call of fn over a window of back-to-back calls of at least min_seconds.
 
-    A counter that advances in steps (NVML, about every 100 ms) is read from one step to a
-    later one, calls running throughout and counted between the two steps, so the window holds
-    whole update periods and a short window is not off by a fraction of one; other counters
-    are read at the window's ends (keep windows >= 2-3 s where they are coarse)."""
-    fields = {"energy_source": meter.source, "energy_reason": meter.reason}
+    The calls run as they are timed, back to back: on an asynchronous device (CUDA) up to
+    ``QUEUE_DEPTH`` are in flight and the host reads the counter while they run, so no gap
+    between calls (a synchronisation, a counter read) enters the energy. A counter that
+    advances in steps (NVML, about every 100 ms) is read from one step to a later one and the
+    calls are those completed between the two readings, so the window holds whole update
+    periods (of ``meter.period_s`` each, once :func:`calibrate` measured it); other counters are
+    read at the window's ends. Per row: energy per call, the window, its calls, its mean power
+    (W), the time per call in the window (ms) and, where :func:`calibrate` measured the idle
+    power (``meter.idle_w``), the energy per call above idle."""
+    fields: dict[str, Any] = {"energy_source": meter.source, "energy_reason": meter.reason}
     if not meter.available:
-        return {"energy_mj": None, "energy_window_s": None, "energy_calls": None, **fields}
-    device = torch.device(device)
-    synchronize(device)
+        return {**dict.fromkeys(ENERGY_VALUES), **fields}
+    queue = queue or CallQueue(fn, device)
+    for _ in range(queue.depth if queue.asynchronous else 0):  # the device busy first
+        queue.submit()
     start_mj = meter.read_mj()
-    if meter.steps:  # begin at a step, with the device already busy
-        start_mj, _ = _until_step(fn, meter, device, start_mj,
-                                  time.perf_counter() + max(1.0, min_seconds))
-    start, calls = time.perf_counter(), 0
-    while calls == 0 or time.perf_counter() - start < min_seconds:
-        fn()
-        calls += 1
-    synchronize(device)
+    if meter.steps:
+        start_mj = _next_step(queue, meter, start_mj, clock() + max(1.0, min_seconds), clock)
+    start_done, start = queue.completed(), clock()
+    while clock() - start < min_seconds or queue.completed() == start_done:
+        queue.submit()
     end_mj = meter.read_mj()
-    if meter.steps:  # end at the next step
-        end_mj, more = _until_step(fn, meter, device, end_mj,
-                                   time.perf_counter() + max(1.0, min_seconds))
-        calls += more
-    window = time.perf_counter() - start
-    return {"energy_mj": (end_mj - start_mj) / calls, "energy_window_s": window,
-            "energy_calls": calls, **fields}
+    if meter.steps:
+        end_mj = _next_step(queue, meter, end_mj, clock() + max(1.0, min_seconds), clock)
+    calls, window = queue.completed() - start_done, clock() - start
+    queue.drain()
+    if meter.steps and meter.period_s:  # whole periods of the counter, not the host's view
+        window = max(round(window / meter.period_s), 1) * meter.period_s
+    energy = (end_mj - start_mj) / max(calls, 1)
+    per_call_ms = 1000 * window / max(calls, 1)
+    above = None if meter.idle_w is None else energy - meter.idle_w * per_call_ms
+    return {"energy_mj": energy, "energy_window_s": window, "energy_calls": calls,
+            "energy_power_w": (end_mj - start_mj) / window / 1000,
+            "energy_ms_per_call": per_call_ms, "energy_above_idle_mj": above, **fields}

@@ -27,7 +27,7 @@ from ..model import GPT, GPTConfig
 from ..space import Arch, SearchSpace
 from .condition import Condition
 from .device import DTYPES, dtype_unsupported_reason
-from .energy import EnergyMeter, measure_energy
+from .energy import ENERGY_VALUES, EnergyMeter, measure_energy
 from .flops import forward_flops
 from .latency import (
     LATENCY_FIELDS,
@@ -106,9 +106,8 @@ def _unmeasured(row: dict[str, Any], meter: EnergyMeter, status: str,
                 reason: str) -> dict[str, Any]:
     """The row with every metric None and the reason."""
     row |= {"status": status, "reason": reason, **dict.fromkeys(LATENCY_FIELDS),
-            "energy_mj": None, "energy_window_s": None, "energy_calls": None,
-            "energy_source": meter.source, "energy_reason": reason, **unmeasured(reason),
-            **further_nulls(reason)}
+            **dict.fromkeys(ENERGY_VALUES), "energy_source": meter.source,
+            "energy_reason": reason, **unmeasured(reason), **further_nulls(reason)}
     return row
 
 
