@@ -4,6 +4,7 @@ errors, `hwgptbench adapt` + queries on the new device, and the rule and figure 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import get_args
 
@@ -301,7 +302,8 @@ def test_cli_adapt_measures_k_archs_on_this_machine(
         results / "tiny" / "archs.parquet")
     quick = {**CONFIG["measure"], "batch_sizes": [1], "seq_lens": [32], "dtypes": ["fp32"],
              "warmup": 0, "min_repeats": 3, "max_repeats": 3, "max_seconds": 0.01,
-             "memory": False}
+             "memory": False, "contention": {**CONFIG["measure"]["contention"],
+                                             "max_ci_rel": 100.0, "max_wall_cpu_ratio": 100.0}}
     overlay = tmp_path / "quick.yaml"
     overlay.write_text(yaml.safe_dump({"measure": quick}))
     args = ["adapt", "--params", str(REPO_ROOT / "params.yaml"), "--params", str(overlay),
@@ -461,3 +463,19 @@ def test_the_params_name_exactly_the_package_methods() -> None:
                              ).read_text())
     assert schema["$defs"]["transfer_method"]["enum"] == list(METHODS)
     assert get_args(TransferMethod) == METHODS
+
+
+def test_a_target_with_fewer_archs_than_folds_is_skipped_with_the_reason(
+        measurements: pl.DataFrame) -> None:
+    """A target left with 2 archs (e.g. the rest timed under contention) gets a skipped row
+    naming it; the other targets are evaluated as before."""
+    device, batch, seq = TARGETS[0][0], TARGETS[0][2], TARGETS[0][3]
+    is_target = ((pl.col("device") == device) & (pl.col("batch_size") == batch)
+                 & (pl.col("seq_len") == seq) & (pl.col("dtype") == "fp32"))
+    keep = measurements.filter(is_target)["arch_id"].head(2).to_list()
+    thin = measurements.filter(~is_target | pl.col("arch_id").is_in(keep))
+    quality = evaluate(thin, SPACE, VOCAB, replace(SECTION, ks=(2,), hold_out=("target",)))
+    skipped = quality.filter(pl.col("status") == "skipped")
+    assert skipped.height == 1 and "2 measured archs, fewer than transfer.folds 3" in \
+        skipped["reason"][0]
+    assert set(quality.filter(pl.col("status") == "ok")["device"]) == {d for d, *_ in TARGETS}

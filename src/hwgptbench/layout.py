@@ -152,6 +152,11 @@ def measurements(scale: str, results: str = RESULTS) -> str:
     return f"{results}/{scale}/measurements.parquet"
 
 
+def measure_metrics(scale: str, results: str = RESULTS) -> str:
+    """The contention of each device and condition of the merged table (`dvc metrics`)."""
+    return f"{results}/{scale}/measure_contention.json"
+
+
 def runtime_tables(scale: str, results: str = RESULTS) -> str:
     return f"{results}/{scale}/runtime"
 

@@ -96,6 +96,7 @@ _LATENCY_COLUMNS = {
     "latency_ci95_rel": "Float64", "latency_drift_cv": "Float64",
     "latency_group_factor": "Float64", "latency_group": "Int64",
     "latency_anchor_only": "Boolean", "latency_repeat_ms": "Float64", "reason": "String",
+    "latency_contended": "Boolean", "latency_remeasured": "Int64",
 }
 _ENERGY_COLUMNS = {
     "energy_mj": "Float64", "energy_window_s": "Float64", "energy_calls": "Int64",

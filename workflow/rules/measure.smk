@@ -48,11 +48,12 @@ rule measurements:
     input:
         lambda wc: device_tables(wc.scale),
     output:
-        layout.measurements("{scale}"),
+        table=layout.measurements("{scale}"),
+        metrics=layout.measure_metrics("{scale}"),
     params:
         measure_dir=lambda wc: layout.device_tables(wc.scale),
     log:
         layout.log("{scale}", "measurements"),
     shell:
-        "mkdir -p {params.measure_dir:q} && hwgptbench merge-devices"
-        " --out {output:q} {input:q} 2>&1 | tee {log:q}"
+        "mkdir -p {params.measure_dir:q} && hwgptbench merge-devices --out {output.table:q}"
+        " --metrics-out {output.metrics:q} {input:q} 2>&1 | tee {log:q}"

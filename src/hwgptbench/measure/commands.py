@@ -65,7 +65,7 @@ def cmd_merge_devices(args: argparse.Namespace) -> None:
     """Merge device tables into the table of every device of a scale."""
     from .stage import merge_devices
 
-    table = merge_devices(args.inputs, args.out)
+    table = merge_devices(args.inputs, args.out, getattr(args, "metrics_out", None))
     log.info("wrote %s: %d rows", args.out, table.height)
 
 
@@ -126,6 +126,9 @@ def register(add: Add) -> None:
                              ("merge-devices", cmd_merge_devices, "device tables")):
         command = add(name, func)
         command.add_argument("--out", required=True, help="merged table (parquet)")
+        if func is cmd_merge_devices:
+            command.add_argument("--metrics-out", help="contention per device and condition "
+                                                       "(JSON, for dvc metrics)")
         command.add_argument("inputs", nargs="+", help=f"{what} to merge")
     command = add("merge-measurements", cmd_merge)
     command.add_argument("--devices", action="store_true",

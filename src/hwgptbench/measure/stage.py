@@ -22,8 +22,9 @@ from pathlib import Path
 import polars as pl
 
 from .. import __version__
-from ..io import canonical_json, write_parquet
+from ..io import atomic_write_json, canonical_json, write_parquet
 from ..meters.campaign import MeasurementError, ShardParts, measure_rows
+from ..meters.condition import CONDITION_KEYS, Condition, with_condition_columns
 from ..metrics import KEY, measurement_frame
 from ..settings.sections import MeasureSettings
 from ..space import Arch, SearchSpace
@@ -88,9 +89,32 @@ def merge_shards(paths: Sequence[str | Path], out: str | os.PathLike[str]
     return table
 
 
-def merge_devices(paths: Sequence[str | Path], out: str | os.PathLike[str]
-                  ) -> pl.DataFrame:
-    """The cross-device table from device tables; a label used by two machines is an error."""
+def contention_summary(table: pl.DataFrame) -> dict[str, dict[str, dict[str, int]]]:
+    """Per device and condition: the ok rows, those timed under contention at first (timed
+    again, ``latency_remeasured``, or still ``latency_contended``), those re-measured
+    uncontended and those still contended (left out of fitting and transfer)."""
+    summary: dict[str, dict[str, dict[str, int]]] = {}
+    ok = with_condition_columns(table.filter(pl.col("status") == "ok"))
+    for column, empty in (("latency_contended", pl.Boolean), ("latency_remeasured", pl.Int64)):
+        if column not in ok.columns:
+            ok = ok.with_columns(pl.lit(None, dtype=empty).alias(column))
+    still = pl.col("latency_contended").fill_null(False)
+    again = pl.col("latency_remeasured").fill_null(0) > 0
+    for (device, *condition), part in ok.group_by("device", *CONDITION_KEYS,
+                                                  maintain_order=True):
+        key = Condition(**dict(zip(CONDITION_KEYS, condition, strict=True))).id
+        summary.setdefault(str(device), {})[key] = {
+            "ok": part.height, "contended": part.filter(still | again).height,
+            "remeasured": part.filter(again & ~still).height,
+            "still_contended": part.filter(still).height}
+    return summary
+
+
+def merge_devices(paths: Sequence[str | Path], out: str | os.PathLike[str],
+                  metrics_out: str | os.PathLike[str] | None = None) -> pl.DataFrame:
+    """The cross-device table from device tables; a label used by two machines is an error.
+    ``metrics_out``: the contention of each device and condition (:func:`contention_summary`)
+    as JSON, for `dvc metrics`."""
     table = pl.concat([pl.read_parquet(p) for p in paths], how="diagonal_relaxed")
     identities = table.select("device", "device_name", "cpu_model").unique()
     clashes = identities.filter(identities["device"].is_duplicated())
@@ -101,4 +125,15 @@ def merge_devices(paths: Sequence[str | Path], out: str | os.PathLike[str]
     write_parquet(table, out)
     log.info("merged %d rows from %d device(s): %s", table.height, table["device"].n_unique(),
              ", ".join(sorted(table["device"].unique())))
+    summary = contention_summary(table)
+    for device, conditions in summary.items():
+        for condition, counts in conditions.items():
+            if counts["contended"]:
+                log.warning("%s %s: %d of %d rows timed under contention, %d re-measured, %d "
+                            "still contended (left out of fitting and transfer; re-measure: "
+                            "`hwgptbench measure`, docs/measure.md)", device, condition,
+                            counts["contended"], counts["ok"], counts["remeasured"],
+                            counts["still_contended"])
+    if metrics_out is not None:
+        atomic_write_json(metrics_out, summary)
     return table

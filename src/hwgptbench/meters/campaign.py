@@ -11,6 +11,7 @@ import functools
 import logging
 import math
 import os
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -291,6 +292,82 @@ class _Campaign:
                              "latency_anchor_only": True})
         return rows
 
+    def contended(self, row: dict[str, Any]) -> bool:
+        """Whether a timed row was measured under contention (``measure.contention``): its
+        calls waited for a core, or its latency's CI is wider than the bound."""
+        if row["status"] != "ok" or not row.get("latency_ms"):
+            return False
+        bounds = self.section.contention
+        ratio, ci = row.get("latency_wall_cpu_ratio"), row.get("latency_ci95_rel")
+        # an infinite CI: too few calls for one (the protocol's limit), not contention
+        return bool((ratio is not None and ratio > bounds.max_wall_cpu_ratio)
+                    or (ci is not None and math.isfinite(ci) and ci > bounds.max_ci_rel))
+
+    def retime_contended(self, condition: Condition, rows: list[dict[str, Any]]
+                         ) -> dict[str, Any]:
+        """Time the contended rows again in up to ``measure.contention.retries`` later visits
+        (each after ``wait_s``), beside up to ``group_anchors`` uncontended rows whose speed in
+        the visit rescales the others; a row takes its new timing when that is uncontended or
+        less so. Every row gets ``latency_remeasured`` (visits) and ``latency_contended`` (the
+        campaign's bounds); the condition's summary is returned and logged."""
+        bounds = self.section.contention
+        first = sum(self.contended(row) for row in rows)
+        visits: dict[str, int] = {}
+        for visit in range(1, bounds.retries + 1):
+            pending = [row for row in rows if self.contended(row)]
+            if not pending:
+                break
+            time.sleep(bounds.wait_s)
+            anchors = [row for row in rows if row["status"] == "ok" and row.get("latency_ms")
+                       and not self.contended(row)][:self.section.group_anchors]
+            timed = self._fitting(condition, [*pending, *anchors])
+            archs = [Arch.from_id(row["arch_id"]) for row in timed]
+            log.info("%s: timing %d contended archs again (visit %d of %d)", condition.id,
+                     len(timed) - len([r for r in timed if r in anchors]), visit, bounds.retries)
+            stats = measure_latency_of_archs(self.space, archs, self.vocab_size, condition,
+                                             self.device, self.settings)
+            new = dict(zip((id(row) for row in timed), stats, strict=True))
+            pairs = [(row["latency_ms"], new[id(row)].get("latency_ms")) for row in anchors
+                     if id(row) in new and new[id(row)].get("status") != "oom"]
+            factor = (float(np.exp(np.mean([np.log(b / a) for a, b in pairs if a and b])))
+                      if pairs else 1.0)
+            for row in pending:
+                result = new.get(id(row))
+                if result is None or result.get("status") == "oom":
+                    continue
+                visits[row["arch_id"]] = visit
+                again = rescale({**row, **result}, factor)
+                if not self.contended(again) or (again["latency_wall_cpu_ratio"] or 0) < (
+                        row["latency_wall_cpu_ratio"] or 0):
+                    row.update(again)
+        for row in rows:
+            row["latency_remeasured"] = visits.get(row["arch_id"], 0)
+            if row["status"] == "ok" and row.get("latency_ms"):
+                row["latency_contended"] = self.contended(row)
+        still = sum(self.contended(row) for row in rows)
+        summary = {"condition": condition.id,
+                   "ok": sum(row["status"] == "ok" for row in rows),
+                   "contended": first, "remeasured": first - still, "still_contended": still}
+        log.info("%s: %d rows ok, %d contended, %d re-measured uncontended, %d still "
+                 "contended%s", condition.id, summary["ok"], first, first - still, still,
+                 " (kept, flagged, left out of fitting; docs/measure.md)" if still else "")
+        return summary
+
+    def _fitting(self, condition: Condition, rows: Sequence[dict[str, Any]]
+                 ) -> list[dict[str, Any]]:
+        """As many of the rows (in order) as fit the memory budget together."""
+        budget = budget_bytes(self.section.memory_budget_gb, self.device)
+        chosen: list[dict[str, Any]] = []
+        used = 0
+        for row in rows:
+            arch = Arch.from_id(row["arch_id"])
+            need = (weight_bytes(self.space, arch, self.vocab_size, condition.dtype)
+                    + activation_bytes(self.space, arch, self.vocab_size, condition))
+            if used + need <= budget or not chosen:
+                chosen.append(row)
+                used += need
+        return chosen
+
     def repeat_subset(self, condition: Condition, measured: set[str]) -> list[Arch]:
         """The archs timed again: ``measure.repeat_share`` of the measured ones (at least
         REPEAT_MIN), drawn with the seed, as many as fit the memory budget together."""
@@ -380,7 +457,7 @@ def measure_rows(section: MeasureSettings, space: SearchSpace, archs: Sequence[A
     identity = fingerprint(settings.threads, device)
     resolved = resolve_label(label, identity, section.aliases)
     versions = library_versions()
-    rows = []
+    rows: list[dict[str, Any]] = []
     with open_energy_meter(device) as meter:
         if not meter.available:
             log.info("energy not measured: %s", meter.reason)
@@ -402,6 +479,7 @@ def measure_rows(section: MeasureSettings, space: SearchSpace, archs: Sequence[A
                         parts.write(condition, g, stored)
                 groups.append(stored)
             measured = assemble(plan, groups, archs)
+            campaign.retime_contended(condition, measured)
             repeats = campaign.repeat_latencies(condition, measured)
             rows += [{"device": resolved, "scale": space.name, **row,
                       "latency_repeat_ms": repeats.get(row["arch_id"]),

@@ -24,7 +24,7 @@ import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ QUALITY_SCHEMA = {
     "max_ape": pl.Float64, "coverage": pl.Float64, "nominal_coverage": pl.Float64,
     "ceiling_archs": pl.Int64, "ceiling_within_5pct": pl.Float64,
     "ceiling_kendall_tau": pl.Float64, "at_ceiling": pl.Boolean, "selected": pl.Boolean,
+    "left_out_contended": pl.Int64,
 }
 # the libraries whose code fits the surrogates, their versions a column each of the quality table
 SURROGATE_LIBRARIES = ("torch", "numpy", "lightgbm", "scikit-learn")
@@ -120,6 +121,17 @@ class _Target:
     folder: Path
     metadata: dict[str, Any]
     ids: list[str]
+    left_out: int = 0  # latencies measured under contention, not fitted
+
+
+def contended_rows(group: pl.DataFrame) -> np.ndarray:
+    """Rows whose latency stayed contended after the measure stage's visits
+    (``latency_contended`` on a row the stage could time again, ``latency_remeasured`` not
+    null): their latency is left out of fitting and transfer."""
+    if not {"latency_contended", "latency_remeasured"} <= set(group.columns):
+        return np.zeros(group.height, dtype=bool)
+    return group.select(pl.col("latency_contended").fill_null(False)
+                        & pl.col("latency_remeasured").is_not_null()).to_series().to_numpy()
 
 
 def _scored(section: SurrogateSettings, target: _Target, family: str, quality: dict[str, Any]
@@ -131,7 +143,8 @@ def _scored(section: SurrogateSettings, target: _Target, family: str, quality: d
     row = {**base, "family": family, "status": "ok", "reason": None,
            **{k: quality[k] for k in SCORES},
            **{f"ceiling_{k}": ceiling.get(k) for k in ("archs", "within_5pct", "kendall_tau")},
-           "at_ceiling": at_ceiling(quality["kendall_tau"], ceiling.get("kendall_tau"))}
+           "at_ceiling": at_ceiling(quality["kendall_tau"], ceiling.get("kendall_tau")),
+           "left_out_contended": target.left_out}
     predictions = pl.DataFrame(
         {"metric": base["metric"], "device": base["device"], "condition": base["condition"],
          "family": family, "arch_id": target.ids, "measured": target.y,
@@ -293,8 +306,15 @@ def fit_device(section: SurrogateSettings, space: SearchSpace, vocab_size: int,
             X = feature_matrix(space, read_archs_from(group), vocab_size, key[0], key[1])
             fingerprint = group.select(fingerprint_columns).row(0, named=True)
             ceiling = latency_ceiling(group)
+            contended = contended_rows(group)
             for metric in section.metrics:
                 present = group[metric].is_not_null().to_numpy()
+                left_out = int((present & contended).sum()) if metric == "latency_ms" else 0
+                if left_out:
+                    present &= ~contended
+                    log.warning("%s %s: %d latencies measured under contention left out of "
+                                "fitting (re-measure: `hwgptbench measure`, docs/measure.md)",
+                                devices[0], condition, left_out)
                 metadata = _metadata(space, metric, devices[0], condition, fingerprint,
                                      vocab_size, key[0], key[1])
                 if metric == "latency_ms" and ceiling is not None:
@@ -303,9 +323,14 @@ def fit_device(section: SurrogateSettings, space: SearchSpace, vocab_size: int,
                     base = _base_row(section, metric, devices[0], condition)
                     targets.append(_skipped(section, base, _null_reason(group, metric), 0))
                     continue
-                targets.append(_target(section, X[present], group[metric].to_numpy()[present],
-                                       staging / metric / condition, metadata,
-                                       group["arch_id"].filter(present).to_list()))
+                target = _target(section, X[present], group[metric].to_numpy()[present],
+                                 staging / metric / condition, metadata,
+                                 group["arch_id"].filter(present).to_list())
+                if isinstance(target, _Target):
+                    target = replace(target, left_out=left_out)
+                else:
+                    target = [row | {"left_out_contended": left_out} for row in target]
+                targets.append(target)
         return _fit_targets(section, targets, staging)
 
 

@@ -102,6 +102,17 @@ class PerplexitySettings(SectionSettings):
 
 
 @dataclass(frozen=True)
+class ContentionSettings:
+    """When a timed row counts as contended, and how often it is timed again
+    (``measure.contention``)."""
+
+    max_wall_cpu_ratio: float = 1.10
+    max_ci_rel: float = 0.25
+    retries: int = 2
+    wait_s: float = 2.0
+
+
+@dataclass(frozen=True)
 class MeasureSettings(SectionSettings):
     """The measure stage: the conditions, timing protocol and memory budget of a campaign."""
 
@@ -127,6 +138,7 @@ class MeasureSettings(SectionSettings):
     seed: int
     repeat_share: float = 0.0
     estimator: Estimator = "median"
+    contention: ContentionSettings = ContentionSettings()
 
 
 @dataclass(frozen=True)

@@ -233,7 +233,9 @@ def adapt_device(section: TransferSettings, space: SearchSpace, vocab_size: int,
         if not written:
             raise TransferError(f"nothing adapted for {device}: no metric of "
                                 f"transfer.metrics ({', '.join(section.metrics)}) has both "
-                                "measured rows and source devices")
+                                "measured rows and source devices (latencies timed under "
+                                "contention are left out: measure when the machine is quiet, "
+                                "docs/measure.md)")
         write_parquet(target_table, staging / MEASURED)
         _write_summary(staging / SUMMARY, device, target_table, written, plan, method)
     return [{**record, "folder": str(out / record["folder"])} for record in written]

@@ -216,19 +216,32 @@ def evaluate_metric(long: pl.DataFrame, space: SearchSpace, vocab_size: int,
                     section: TransferSettings) -> list[dict[str, Any]]:
     """Quality rows of every held-out target of the one metric of ``long``."""
     metric = long["metric"][0]
+    counts = long.group_by(TARGET_KEYS).len()
+    few = counts.filter(pl.col("len") < section.folds)
+    skipped = [{**_skipped_metric(metric, (
+        f"{Target.from_columns(row).name}: {row['len']} measured archs, fewer than "
+        f"transfer.folds {section.folds}: measure more archs (or quieter: rows timed under "
+        "contention are left out, docs/measure.md)")), "device": row["device"],
+        "condition": Target.from_columns(row).condition.id}
+        for row in few.iter_rows(named=True)]
+    if few.height:
+        long = long.join(few.select(TARGET_KEYS), on=list(TARGET_KEYS), how="anti",
+                         nulls_equal=True)
+    if not long.height:
+        return skipped
     profiles = Profiles.from_long(long)
     if len(profiles.targets) < 2:
         names = ", ".join(t.name for t in profiles.targets)
-        return [_skipped_metric(metric, f"{len(profiles.targets)} measured target ({names}); "
-                                        "leave-one-target-out needs at least 2: measure more "
-                                        "conditions (measure.batch_sizes, seq_lens, dtypes) or "
-                                        "devices")]
+        return [*skipped, _skipped_metric(
+            metric, f"{len(profiles.targets)} measured target ({names}); leave-one-target-out "
+                    "needs at least 2: measure more conditions (measure.batch_sizes, seq_lens, "
+                    "dtypes) or devices")]
     encoded = space.encode([Arch.from_id(a) for a in profiles.arch_ids])
     features = condition_features(space, encoded, vocab_size, profiles.targets)
     oof = cross_fitted(profiles, encoded, space, vocab_size, section.source_model,
                        section.folds, section.seed)
     hardware = hardware_of(long)
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = list(skipped)
     for hold_out in section.hold_out:
         for j, target in enumerate(tqdm(profiles.targets, desc=f"transfer {metric}, "
                                         f"hold out {hold_out}", unit="target", mininterval=2.0)):

@@ -11,6 +11,7 @@ device labels may name different hardware, or the same hardware with another thr
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,8 @@ from ..errors import UserError
 from ..meters.condition import CONDITION_KEYS, Condition, with_condition_columns
 
 TARGET_KEYS = ("metric", "device", *CONDITION_KEYS)
+
+log = logging.getLogger(__name__)
 
 
 class TransferError(UserError, ValueError):
@@ -72,6 +75,16 @@ def long_table(measurements: pl.DataFrame, metrics: Sequence[str]) -> pl.DataFra
     ok = measurements.filter(pl.col("status") == "ok") if "status" in measurements.columns \
         else measurements
     ok = with_condition_columns(ok)
+    if {"latency_contended", "latency_remeasured", "latency_ms"} <= set(ok.columns):
+        # still contended after the measure stage's visits (docs/measure.md)
+        contended = (pl.col("latency_contended").fill_null(False)
+                     & pl.col("latency_remeasured").is_not_null())
+        left_out = ok.filter(contended).height
+        if left_out and "latency_ms" in metrics:
+            log.warning("%d latencies measured under contention left out of the transfer "
+                        "targets and sources (docs/measure.md)", left_out)
+        ok = ok.with_columns(latency_ms=pl.when(contended).then(None)
+                             .otherwise(pl.col("latency_ms")))
     hardware = (pl.col("device_name").cast(pl.String) if "device_name" in ok.columns
                 else pl.col("device"))
     parts = [ok.select(pl.lit(metric).alias("metric"), "device", *CONDITION_KEYS,

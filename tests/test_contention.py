@@ -1,0 +1,111 @@
+"""Rows timed while the machine was busy: timed again in later visits, flagged when they stay
+contended, and left out of surrogate fitting and transfer targets (meters/campaign.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+import yaml
+
+from conftest import REPO_ROOT, surrogate_settings
+from hwgptbench import params
+from hwgptbench.measure import stage
+from hwgptbench.meters import campaign
+from hwgptbench.meters.latency import latency_stats
+from hwgptbench.metrics import measurement_frame
+from hwgptbench.predictors import fitting
+from hwgptbench.space import SearchSpace
+from hwgptbench.transfer.targets import long_table
+from test_measurements import SPACE, _section
+
+
+def _measured(**contention: Any) -> list[dict[str, Any]]:
+    section = _section(shards=1, batch_sizes=[1], repeat_share=0.0, contention={
+        "max_wall_cpu_ratio": 1.10, "max_ci_rel": 0.25, "retries": 2, "wait_s": 0.0,
+        **contention})
+    return campaign.measure_rows(section, SPACE, SPACE.sample(3, seed=1), 100, "auto")
+
+
+def test_rows_beyond_the_bounds_are_timed_again_then_flagged(tmp_path: Path) -> None:
+    """With a CI bound no timing meets, every row is timed in every later visit and stays
+    contended; with bounds every timing meets, none is timed again."""
+    strict = _measured(max_ci_rel=1e-12, retries=2)
+    assert {r["latency_remeasured"] for r in strict} == {2}
+    assert all(r["latency_contended"] for r in strict)
+    assert all(r["latency_ms"] > 0 for r in strict)
+    loose = _measured(max_ci_rel=100.0, max_wall_cpu_ratio=100.0)
+    assert {r["latency_remeasured"] for r in loose} == {0}
+    assert not any(r["latency_contended"] for r in loose)
+    # the merged table's dvc metrics count them per device and condition
+    table = tmp_path / "device.parquet"
+    measurement_frame(strict).write_parquet(table)
+    stage.merge_devices([table], tmp_path / "all.parquet", tmp_path / "contention.json")
+    (counts,) = (c for conditions in json.loads((tmp_path / "contention.json").read_text())
+                 .values() for c in conditions.values())
+    assert counts == {"ok": 3, "contended": 3, "remeasured": 0, "still_contended": 3}
+
+
+def _stats(ms: float, ratio: float) -> dict[str, Any]:
+    wall = list(np.full(9, ms) * np.linspace(0.99, 1.01, 9))
+    return latency_stats(wall, [w / ratio for w in wall])
+
+
+def test_a_visit_on_a_slower_machine_is_rescaled_by_its_anchors(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first timing of one arch waited for a core (wall/CPU 2.0); the next visit finds the
+    machine twice as slow for everyone but uncontended: the arch takes the new timing, divided
+    by the anchors' slowdown."""
+    visits: list[list[str]] = []
+    true_ms = {}
+
+    def timed(space: SearchSpace, archs: list[Any], *args: Any) -> list[dict[str, Any]]:
+        visits.append([a.id for a in archs])
+        for a in archs:
+            true_ms.setdefault(a.id, 1.0 + len(true_ms))
+        first = len(visits) == 1
+        return [_stats(true_ms[a.id] * (1 if first else 2),
+                       2.0 if first and i == 0 else 1.0) for i, a in enumerate(archs)]
+
+    monkeypatch.setattr(campaign, "measure_latency_of_archs", timed)
+    rows = _measured()
+    assert len(visits) == 2 and len(visits[1]) == 3  # the contended arch and two anchors
+    again = next(r for r in rows if r["arch_id"] == visits[0][0])
+    assert again["latency_remeasured"] == 1 and not again["latency_contended"]
+    assert again["latency_ms"] == pytest.approx(true_ms[again["arch_id"]], rel=0.02)
+    assert [r["latency_remeasured"] for r in rows].count(0) == 2
+
+
+def test_contended_latencies_are_not_fitted_nor_transferred(tmp_path: Any) -> None:
+    from test_api import SECTION, VOCAB, synthetic_tables
+    from test_api import SPACE as API_SPACE
+
+    _, table = synthetic_tables()
+    flags = np.zeros(table.height, dtype=bool)
+    flags[:7] = True
+    table = table.with_columns(latency_contended=pl.Series(flags),
+                               latency_remeasured=pl.Series(flags.astype(int) * 2))
+    quality = fitting.fit_device(surrogate_settings(SECTION), API_SPACE, VOCAB, table,
+                                 tmp_path / "surrogates")
+    latency = quality.filter(pl.col("metric") == "latency_ms").row(0, named=True)
+    assert latency["left_out_contended"] == 7 and latency["rows"] == table.height - 7
+    memory = quality.filter(pl.col("metric") == "memory_peak_mb").row(0, named=True)
+    assert memory["left_out_contended"] == 0 and memory["rows"] == table.height
+    long = long_table(table, ["latency_ms", "memory_peak_mb"])
+    assert long.filter(pl.col("metric") == "latency_ms").height == table.height - 7
+    assert long.filter(pl.col("metric") == "memory_peak_mb").height == table.height
+
+
+def test_the_bounds_are_validated() -> None:
+    """The schema names a bound that is missing or out of range before any job starts."""
+    doc = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    doc["measure"]["contention"] = {**doc["measure"]["contention"], "retries": -1}
+    with pytest.raises(params.ParamsError, match="measure.contention.retries"):
+        params.validate(doc)
+    del doc["measure"]["contention"]["wait_s"]
+    with pytest.raises(params.ParamsError, match="wait_s"):
+        params.validate(doc)
