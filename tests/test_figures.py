@@ -191,6 +191,11 @@ def test_tables(tmp_path: Path, measurements: pl.DataFrame, quality: pl.DataFram
     assert len(csv.read_text().splitlines()) == 1 + 4
     again = write_table(summary, tmp_path / "devices")
     assert [p.read_bytes() for p in again] == [csv.read_bytes(), md.read_bytes()]
+    assert summary["contended"].to_list() == [0] * 4  # no re-timed rows in this table
+    flagged = measurements.with_columns(latency_contended=pl.col("status") == "ok",
+                                        latency_remeasured=pl.lit(2))
+    assert figures.device_summary(flagged)["contended"].sum() == \
+        measurements.filter(pl.col("status") == "ok").height
 
     table = figures.quality_table(quality)
     assert table.height == 5 and "reason" not in table.columns

@@ -87,19 +87,27 @@ def pairwise_table(pairwise: pl.DataFrame) -> pl.DataFrame:
 
 
 def device_summary(measurements: pl.DataFrame) -> pl.DataFrame:
-    """Per (device, condition): archs measured (status ok) and failed, and median, min and max
-    of each hardware metric (hwgptbench.metrics; null where not measured)."""
+    """Per (device, condition): archs measured (status ok) and failed, latencies still timed
+    under contention after the measure stage's visits (left out of fitting and transfer,
+    docs/measure.md), and median, min and max of each hardware metric (hwgptbench.metrics;
+    null where not measured)."""
     metrics = [m for m in hardware_metrics() if m in measurements.columns]
     ok = measured(measurements)
+    if {"latency_contended", "latency_remeasured"} <= set(ok.columns):
+        still = (pl.col("latency_contended").fill_null(False)
+                 & pl.col("latency_remeasured").is_not_null())
+    else:
+        still = pl.lit(False)
     failed = (measurements.filter(pl.col("status") != "ok")
               .group_by("device", "batch_size", "seq_len", "dtype", "launch")
               .agg(failed=pl.len()))
     stats = (ok.group_by("device", "batch_size", "seq_len", "dtype", "launch", "condition")
              .agg(pl.col("arch_id").n_unique().alias("archs"),
+                  still.sum().cast(pl.Int64).alias("contended"),
                   *(getattr(pl.col(m), f)().alias(f"{m}_{f}")
                     for m in metrics for f in ("median", "min", "max")))
              .join(failed, on=["device", "batch_size", "seq_len", "dtype", "launch"], how="left")
              .with_columns(pl.col("failed").fill_null(0))
              .sort("device", "batch_size", "seq_len", "dtype", "launch"))
-    return stats.select("device", "condition", "archs", "failed",
+    return stats.select("device", "condition", "archs", "failed", "contended",
                         *(f"{m}_{f}" for m in metrics for f in ("median", "min", "max")))
