@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -193,6 +193,19 @@ def further_nulls(reason: str) -> dict[str, Any]:
     for metric in further_metrics():
         row |= dict.fromkeys(metric.columns) | {metric.reason_column: reason}
     return row
+
+
+def still_contended(columns: Collection[str]) -> pl.Expr:
+    """Rows whose latency stayed contended after the measure stage's visits:
+    ``latency_contended`` on a row the stage could time again (``latency_remeasured`` not
+    null). They stay in the tables and are left out of surrogate fitting and transfer
+    (docs/measure.md); false for tables without the columns."""
+    import polars as pl
+
+    if not {"latency_contended", "latency_remeasured"} <= set(columns):
+        return pl.lit(False)
+    return (pl.col("latency_contended").fill_null(False)
+            & pl.col("latency_remeasured").is_not_null())
 
 
 def measurement_frame(rows: Sequence[dict[str, Any]]) -> pl.DataFrame:

@@ -6,7 +6,7 @@ import os
 
 import polars as pl
 
-from ..metrics import hardware_metrics
+from ..metrics import hardware_metrics, still_contended
 from ..moo.summary import summarize
 from ..plotting.markdown import MISSING
 from ..plotting.style import algorithm_order
@@ -93,11 +93,7 @@ def device_summary(measurements: pl.DataFrame) -> pl.DataFrame:
     null where not measured)."""
     metrics = [m for m in hardware_metrics() if m in measurements.columns]
     ok = measured(measurements)
-    if {"latency_contended", "latency_remeasured"} <= set(ok.columns):
-        still = (pl.col("latency_contended").fill_null(False)
-                 & pl.col("latency_remeasured").is_not_null())
-    else:
-        still = pl.lit(False)
+    still = still_contended(ok.columns)
     failed = (measurements.filter(pl.col("status") != "ok")
               .group_by("device", "batch_size", "seq_len", "dtype", "launch")
               .agg(failed=pl.len()))

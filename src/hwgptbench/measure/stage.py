@@ -25,7 +25,7 @@ from .. import __version__
 from ..io import atomic_write_json, canonical_json, write_parquet
 from ..meters.campaign import MeasurementError, ShardParts, measure_rows
 from ..meters.condition import CONDITION_KEYS, Condition, with_condition_columns
-from ..metrics import KEY, measurement_frame
+from ..metrics import KEY, measurement_frame, still_contended
 from ..settings.sections import MeasureSettings
 from ..space import Arch, SearchSpace
 
@@ -95,11 +95,9 @@ def contention_summary(table: pl.DataFrame) -> dict[str, dict[str, dict[str, int
     uncontended and those still contended (left out of fitting and transfer)."""
     summary: dict[str, dict[str, dict[str, int]]] = {}
     ok = with_condition_columns(table.filter(pl.col("status") == "ok"))
-    for column, empty in (("latency_contended", pl.Boolean), ("latency_remeasured", pl.Int64)):
-        if column not in ok.columns:
-            ok = ok.with_columns(pl.lit(None, dtype=empty).alias(column))
-    still = pl.col("latency_contended").fill_null(False)
-    again = pl.col("latency_remeasured").fill_null(0) > 0
+    still = still_contended(ok.columns)
+    again = (pl.col("latency_remeasured").fill_null(0) > 0 if "latency_remeasured" in ok.columns
+             else pl.lit(False))
     for (device, *condition), part in ok.group_by("device", *CONDITION_KEYS,
                                                   maintain_order=True):
         key = Condition(**dict(zip(CONDITION_KEYS, condition, strict=True))).id

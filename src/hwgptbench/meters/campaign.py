@@ -320,10 +320,13 @@ class _Campaign:
             time.sleep(bounds.wait_s)
             anchors = [row for row in rows if row["status"] == "ok" and row.get("latency_ms")
                        and not self.contended(row)][:self.section.group_anchors]
-            timed = self._fitting(condition, [*pending, *anchors])
+            candidates = [*pending, *anchors]
+            fits = self._within_budget(condition, [Arch.from_id(r["arch_id"]) for r in candidates],
+                                       at_least_one=True)
+            timed = [candidates[i] for i in fits]
             archs = [Arch.from_id(row["arch_id"]) for row in timed]
             log.info("%s: timing %d contended archs again (visit %d of %d)", condition.id,
-                     len(timed) - len([r for r in timed if r in anchors]), visit, bounds.retries)
+                     sum(i < len(pending) for i in fits), visit, bounds.retries)
             stats = measure_latency_of_archs(self.space, archs, self.vocab_size, condition,
                                              self.device, self.settings)
             new = dict(zip((id(row) for row in timed), stats, strict=True))
@@ -353,19 +356,21 @@ class _Campaign:
                  " (kept, flagged, left out of fitting; docs/measure.md)" if still else "")
         return summary
 
-    def _fitting(self, condition: Condition, rows: Sequence[dict[str, Any]]
-                 ) -> list[dict[str, Any]]:
-        """As many of the rows (in order) as fit the memory budget together."""
+    def _within_budget(self, condition: Condition, archs: Sequence[Arch],
+                       wanted: int | None = None, at_least_one: bool = False) -> list[int]:
+        """Indices of the archs, in order, that fit the memory budget together (at most
+        ``wanted``; with ``at_least_one``, the first even where it alone is over budget)."""
         budget = budget_bytes(self.section.memory_budget_gb, self.device)
-        chosen: list[dict[str, Any]] = []
+        chosen: list[int] = []
         used = 0
-        for row in rows:
-            arch = Arch.from_id(row["arch_id"])
+        for i, arch in enumerate(archs):
             need = (weight_bytes(self.space, arch, self.vocab_size, condition.dtype)
                     + activation_bytes(self.space, arch, self.vocab_size, condition))
-            if used + need <= budget or not chosen:
-                chosen.append(row)
+            if used + need <= budget or (at_least_one and not chosen):
+                chosen.append(i)
                 used += need
+            if len(chosen) == wanted:
+                break
         return chosen
 
     def repeat_subset(self, condition: Condition, measured: set[str]) -> list[Arch]:
@@ -376,19 +381,9 @@ class _Campaign:
         if share <= 0 or len(candidates) < 2:
             return []
         wanted = min(len(candidates), max(REPEAT_MIN, math.ceil(share * len(candidates))))
-        budget = budget_bytes(self.section.memory_budget_gb, self.device)
-        chosen: list[Arch] = []
-        used = 0
-        for i in np.random.default_rng(self.settings.seed).permutation(len(candidates)):
-            arch = candidates[i]
-            need = (weight_bytes(self.space, arch, self.vocab_size, condition.dtype)
-                    + activation_bytes(self.space, arch, self.vocab_size, condition))
-            if used + need <= budget:
-                chosen.append(arch)
-                used += need
-            if len(chosen) == wanted:
-                break
-        return chosen
+        order = [candidates[i] for i in
+                 np.random.default_rng(self.settings.seed).permutation(len(candidates))]
+        return [order[i] for i in self._within_budget(condition, order, wanted)]
 
     def repeat_latencies(self, condition: Condition, rows: Sequence[dict[str, Any]]
                          ) -> dict[str, float]:

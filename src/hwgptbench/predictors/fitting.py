@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from ..io import write_parquet
 from ..meters.condition import CONDITION_KEYS, condition_id, with_condition_columns
-from ..metrics import reason_column
+from ..metrics import reason_column, still_contended
 from ..outputs import replace_dir
 from ..repeatability import REPEAT_MIN, agreement, at_ceiling
 from ..schema import ANY
@@ -123,15 +123,6 @@ class _Target:
     ids: list[str]
     left_out: int = 0  # latencies measured under contention, not fitted
 
-
-def contended_rows(group: pl.DataFrame) -> np.ndarray:
-    """Rows whose latency stayed contended after the measure stage's visits
-    (``latency_contended`` on a row the stage could time again, ``latency_remeasured`` not
-    null): their latency is left out of fitting and transfer."""
-    if not {"latency_contended", "latency_remeasured"} <= set(group.columns):
-        return np.zeros(group.height, dtype=bool)
-    return group.select(pl.col("latency_contended").fill_null(False)
-                        & pl.col("latency_remeasured").is_not_null()).to_series().to_numpy()
 
 
 def _scored(section: SurrogateSettings, target: _Target, family: str, quality: dict[str, Any]
@@ -306,7 +297,8 @@ def fit_device(section: SurrogateSettings, space: SearchSpace, vocab_size: int,
             X = feature_matrix(space, read_archs_from(group), vocab_size, key[0], key[1])
             fingerprint = group.select(fingerprint_columns).row(0, named=True)
             ceiling = latency_ceiling(group)
-            contended = contended_rows(group)
+            contended = group.with_columns(still_contended(group.columns).alias(
+                "_contended"))["_contended"].to_numpy()
             for metric in section.metrics:
                 present = group[metric].is_not_null().to_numpy()
                 left_out = int((present & contended).sum()) if metric == "latency_ms" else 0

@@ -21,6 +21,7 @@ import polars as pl
 
 from ..errors import UserError
 from ..meters.condition import CONDITION_KEYS, Condition, with_condition_columns
+from ..metrics import still_contended
 
 TARGET_KEYS = ("metric", "device", *CONDITION_KEYS)
 
@@ -75,10 +76,8 @@ def long_table(measurements: pl.DataFrame, metrics: Sequence[str]) -> pl.DataFra
     ok = measurements.filter(pl.col("status") == "ok") if "status" in measurements.columns \
         else measurements
     ok = with_condition_columns(ok)
-    if {"latency_contended", "latency_remeasured", "latency_ms"} <= set(ok.columns):
-        # still contended after the measure stage's visits (docs/measure.md)
-        contended = (pl.col("latency_contended").fill_null(False)
-                     & pl.col("latency_remeasured").is_not_null())
+    if "latency_ms" in ok.columns:
+        contended = still_contended(ok.columns)
         left_out = ok.filter(contended).height
         if left_out and "latency_ms" in metrics:
             log.warning("%d latencies measured under contention left out of the transfer "
