@@ -97,16 +97,24 @@ def _rms(values: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(values))))
 
 
+def penalized_fit(D: np.ndarray, z: np.ndarray, penalty: np.ndarray, prior: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Coefficients minimising |z - D θ|² + (θ - prior)ᵀ penalty (θ - prior), and the exact
+    leave-one-out residuals of that linear smoother."""
+    gram = D.T @ D + penalty + 1e-10 * np.eye(D.shape[1])
+    theta = np.linalg.solve(gram, D.T @ z + penalty @ prior)
+    hat = np.einsum("ij,ij->i", D, np.linalg.solve(gram, D.T).T)
+    return theta, (z - D @ theta) / np.maximum(1 - hat, 1e-9)
+
+
 def ridge_fit(D: np.ndarray, z: np.ndarray, alphas: tuple[float, ...] = RIDGE_ALPHAS
               ) -> tuple[np.ndarray, np.ndarray, float]:
     """Ridge coefficients (column 0 a free intercept) with the penalty of least exact
     leave-one-out error, those residuals and the penalty."""
     best: tuple[float, np.ndarray, np.ndarray, float] | None = None
     for alpha in alphas:
-        gram = D.T @ D + np.diag([0.0] + [alpha] * (D.shape[1] - 1)) + 1e-10 * np.eye(D.shape[1])
-        theta = np.linalg.solve(gram, D.T @ z)
-        hat = np.einsum("ij,ij->i", D, np.linalg.solve(gram, D.T).T)
-        loo = (z - D @ theta) / np.maximum(1 - hat, 1e-9)
+        penalty = np.diag([0.0] + [alpha] * (D.shape[1] - 1))
+        theta, loo = penalized_fit(D, z, penalty, np.zeros(D.shape[1]))
         if best is None or _rms(loo) < best[0]:
             best = (_rms(loo), theta, loo, alpha)
     if best is None:
@@ -430,16 +438,6 @@ class FlopsLine(_Fitted):
         method.intercept, method.slope = float(state["intercept"]), float(state["slope"])
         method._loo = _loo_of(state)
         return method
-
-
-def penalized_fit(D: np.ndarray, z: np.ndarray, penalty: np.ndarray, prior: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Coefficients minimising |z - D θ|² + (θ - prior)ᵀ penalty (θ - prior), and the exact
-    leave-one-out residuals of that linear smoother."""
-    gram = D.T @ D + penalty + 1e-10 * np.eye(D.shape[1])
-    theta = np.linalg.solve(gram, D.T @ z + penalty @ prior)
-    hat = np.einsum("ij,ij->i", D, np.linalg.solve(gram, D.T).T)
-    return theta, (z - D @ theta) / np.maximum(1 - hat, 1e-9)
 
 
 class MetaRidge(_Standardised):
