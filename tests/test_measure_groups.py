@@ -17,6 +17,8 @@ from hwgptbench.measure import stage as measurements
 from hwgptbench.meters import budget, campaign, groups, runner
 from hwgptbench.meters.condition import Condition
 from hwgptbench.meters.latency import cuda_graph_callable
+from hwgptbench.meters.parts import ShardParts
+from hwgptbench.meters.pressure import MemoryWatch
 from hwgptbench.settings.sections import MeasureSettings
 from hwgptbench.space import SearchSpace
 
@@ -131,9 +133,10 @@ def _fail_for(arch_id: str, where: str, monkeypatch: pytest.MonkeyPatch) -> None
 def test_one_arch_out_of_memory_costs_only_its_row(where: str, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     section = _section(memory_budget_gb=_budget_for(5))
-    plan = campaign._Campaign(section, SPACE, ARCHS, VOCAB, torch.device("cpu"), None,
-                                  campaign.measure_settings(section)
-                                  ).plan(Condition(1, 16, "fp32"))
+    cpu = torch.device("cpu")
+    plan = campaign._Campaign(section, SPACE, ARCHS, VOCAB, cpu, None,
+                              campaign.measure_settings(section), MemoryWatch.on(cpu)
+                              ).plan(Condition(1, 16, "fp32"))
     victim = ARCHS[plan.groups[1].members[0]].id  # a member of the second group
     _fail_for(victim, where, monkeypatch)
     table = measurements.measure_shard(section, SPACE, ARCHS, VOCAB, "auto", (0, 1),
@@ -174,9 +177,9 @@ def test_a_shard_resumes_after_an_interrupted_group(tmp_path: Path,
     raw = first.filter(~pl.col("latency_anchor_only")).sort("arch_id")
     assert kept["latency_n"].to_list() == raw["latency_n"].to_list()  # the stored samples
     # other settings do not reuse the parts of an interrupted run
-    parts = campaign.ShardParts(tmp_path / "p", "key-a")
+    parts = ShardParts(tmp_path / "p", "key-a")
     (parts.root / "x.parquet").write_bytes(b"")
-    assert not (campaign.ShardParts(tmp_path / "p", "key-b").root / "x.parquet").exists()
+    assert not (ShardParts(tmp_path / "p", "key-b").root / "x.parquet").exists()
 
 
 # GPU

@@ -20,12 +20,15 @@ from hwgptbench.errors import UserError
 from hwgptbench.measure import stage
 from hwgptbench.meters import campaign
 from hwgptbench.meters.condition import Condition
+from hwgptbench.meters.parts import COMMAND, ShardParts
 from hwgptbench.outputs import MARKER, make_own_dir
 from test_measure_groups import ARCHS, SPACE, VOCAB, _budget_for, _section
 
 CONDITION = Condition(1, 16, "fp32")
 PLAN = f"{CONDITION.id}.plan.json"
 GROUP = f"{CONDITION.id}.group-00000.parquet"
+ARCH_ROWS = f"{CONDITION.id}.archs.parquet"
+STARTED = f"{CONDITION.id}.group-00001.started.json"
 RERUN = "rerun the same `hwgptbench measure` command"
 SECTION = _section(memory_budget_gb=_budget_for(5))
 
@@ -46,7 +49,8 @@ def interrupted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         with pytest.raises(KeyboardInterrupt):
             stage.measure_shard(SECTION, SPACE, ARCHS, VOCAB, "auto", (0, 1), out)
     parts = Path(f"{out}.parts")
-    assert {p.name for p in parts.iterdir()} == {MARKER, "inputs.json", PLAN, GROUP}
+    assert {p.name for p in parts.iterdir()} == {MARKER, "inputs.json", PLAN, GROUP, ARCH_ROWS,
+                                                 STARTED}
     yield parts
 
 
@@ -137,6 +141,37 @@ def test_a_damaged_group_names_the_file_to_delete(case: str, interrupted: Path,
         assert sorted(measure(out)["arch_id"]) == sorted(a.id for a in ARCHS)
 
 
+ARCH_ROW_DAMAGE = {
+    "garbage": lambda path: path.write_bytes(b"PAR1 not a parquet table PAR1"),
+    "rows of other archs": lambda path: pl.read_parquet(path).with_columns(
+        arch_id=pl.lit("not-an-arch")).write_parquet(path),
+    "an arch twice": lambda path: pl.concat([pl.read_parquet(path)] * 2).write_parquet(path),
+}
+
+
+@pytest.mark.parametrize("case", list(ARCH_ROW_DAMAGE), ids=list(ARCH_ROW_DAMAGE))
+def test_damaged_per_arch_rows_name_the_file_to_delete(case: str, interrupted: Path,
+                                                       tmp_path: Path) -> None:
+    out, parts = resume(interrupted, tmp_path)
+    rows = parts / ARCH_ROWS
+    ARCH_ROW_DAMAGE[case](rows)
+    with pytest.raises(UserError) as refused:
+        measure(out)
+    message = str(refused.value)
+    assert message.startswith(str(rows)) and "\n" not in message
+    assert f"delete {rows} (its archs are measured again) and {RERUN}" in message
+    rows.unlink()
+    assert sorted(measure(out)["arch_id"]) == sorted(a.id for a in ARCHS)
+
+
+def test_a_damaged_start_marker_names_the_folder_to_delete(interrupted: Path,
+                                                           tmp_path: Path) -> None:
+    out, parts = resume(interrupted, tmp_path)
+    (parts / STARTED).write_text("[")
+    with pytest.raises(UserError, match=f"delete the folder {parts}"):
+        measure(out)
+
+
 def test_the_measure_command_refuses_a_damaged_stamp_in_one_message(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     archs = tmp_path / "archs.parquet"
@@ -144,7 +179,7 @@ def test_the_measure_command_refuses_a_damaged_stamp_in_one_message(
     out = tmp_path / "shard.parquet"
     stamp = Path(f"{out}.parts") / "inputs.json"
     for content in ("{\"key\": ", "{\"key\": 7}"):
-        make_own_dir(stamp.parent, campaign.COMMAND)
+        make_own_dir(stamp.parent, COMMAND)
         stamp.write_text(content)
         code = cli.main(["measure", "--params", str(REPO_ROOT / "params.yaml"), "--scale",
                          "tiny", "--device", "auto", "--archs", str(archs), "--out", str(out),
@@ -159,7 +194,7 @@ def test_the_measure_command_refuses_a_damaged_stamp_in_one_message(
     shutil.rmtree(stamp.parent)
     stamp.parent.write_text("a file where the folder goes")
     with pytest.raises(UserError, match="is not a folder hwgptbench measure made"):
-        campaign.ShardParts(stamp.parent, "key")
+        ShardParts(stamp.parent, "key")
     assert stamp.parent.read_text() == "a file where the folder goes"
 
 
@@ -171,5 +206,5 @@ def test_a_resume_folder_the_command_did_not_make_is_kept(tmp_path: Path) -> Non
     (parts / "inputs.json").write_text(json.dumps({"key": "other"}))
     (parts / "thesis.tex").write_text("mine")
     with pytest.raises(UserError, match="not a folder hwgptbench measure made"):
-        campaign.ShardParts(parts, "key")
+        ShardParts(parts, "key")
     assert sorted(p.name for p in parts.iterdir()) == ["inputs.json", "thesis.tex"]

@@ -163,17 +163,26 @@ def plan_groups(weights: Sequence[int], activations: Sequence[int], budget: int,
         return GroupPlan((Group(tuple(everything), (), total, total > budget),), budget)
     anchors = _affordable_anchors(weights, activations, budget,
                                   min(n_anchors, len(everything) - 1))
+    groups = _fill([i for i in everything if i not in anchors], anchors, weights,
+                   activations, budget)
+    first = groups[0]  # the anchors' own rows are measured with the first group
+    groups[0] = Group(tuple(sorted(first.members + anchors)), anchors, first.bytes,
+                      first.over_budget)
+    return GroupPlan(tuple(groups), budget, anchors)
+
+
+def _fill(indices: Sequence[int], anchors: tuple[int, ...], weights: Sequence[int],
+          activations: Sequence[int], budget: int) -> list[Group]:
+    """Groups of the indices, in order, each with the anchors, that fit budget (an index that
+    does not fit beside the anchors alone gets a group of its own, ``over_budget``)."""
     groups: list[Group] = []
     current: list[int] = []
 
     def close() -> None:
-        indices = [*current, *anchors]
-        size = _group_bytes(indices, weights, activations)
+        size = _group_bytes([*current, *anchors], weights, activations)
         groups.append(Group(tuple(current), anchors, size, size > budget))
 
-    for i in everything:
-        if i in anchors:
-            continue
+    for i in indices:
         candidate = [*current, i, *anchors]
         if current and _group_bytes(candidate, weights, activations) > budget:
             close()
@@ -181,7 +190,18 @@ def plan_groups(weights: Sequence[int], activations: Sequence[int], budget: int,
         current.append(i)
     if current or not groups:
         close()
-    first = groups[0]  # the anchors' own rows are measured with the first group
-    groups[0] = Group(tuple(sorted(first.members + anchors)), anchors, first.bytes,
-                      first.over_budget)
-    return GroupPlan(tuple(groups), budget, anchors)
+    return groups
+
+
+def shrink_plan(plan: GroupPlan, done: int, weights: Sequence[int],
+                activations: Sequence[int], budget: int, n_anchors: int) -> GroupPlan:
+    """The plan with its groups from ``done`` on split again to fit a smaller budget (other
+    processes took memory). Groups before ``done`` are measured and kept; the new groups time
+    the same anchors, so every group's speed is still read off them. Before any group is
+    measured the condition is simply planned again."""
+    if done == 0:
+        return plan_groups(weights, activations, budget, n_anchors)
+    rest = [i for group in plan.groups[done:] for i in group.members]
+    return GroupPlan((*plan.groups[:done],
+                      *_fill(rest, plan.anchors, weights, activations, budget)),
+                     budget, plan.anchors)

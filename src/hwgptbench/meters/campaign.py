@@ -10,42 +10,40 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import os
 import time
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polars as pl
 import torch
 from tqdm import tqdm
 
 from ..errors import UserError
-from ..io import atomic_write_json, read_json, read_parquet, write_parquet
-from ..metrics import further_nulls, measurement_frame
-from ..outputs import make_own_dir, remove_own_dir
+from ..metrics import further_nulls
 from ..repeatability import REPEAT_MIN
 from ..settings.sections import MeasureSettings
 from ..space import Arch, SearchSpace
 from ..versions import library_versions
 from .budget import (
+    DEFAULT_FRACTION,
     GB,
     Group,
     GroupPlan,
     activation_bytes,
     budget_bytes,
     plan_groups,
+    shrink_plan,
     weight_bytes,
 )
 from .condition import Condition
-from .device import default_device, fingerprint
+from .device import default_device, fingerprint, release
 from .energy import ENERGY_VALUES, EnergyMeter, calibrate, open_energy_meter
 from .groups import group_factors, rescale
 from .host import resolve_label
 from .latency import LATENCY_FIELDS
+from .parts import ShardParts
+from .pressure import SHRINKS, WAIT_S, MemoryPressure, MemoryWatch, Shortage, Shortfall
 from .runner import (
     Settings,
     conditions_from_params,
@@ -90,142 +88,6 @@ def device_label(section: MeasureSettings, threads: int) -> str:
                          section.aliases)
 
 
-class ResumeStateError(MeasurementError):
-    """A file of a shard's resume folder (``{out}.parts/``) that cannot be read back: the
-    message names it and how to restart."""
-
-
-RERUN = "rerun the same `hwgptbench measure` command"
-COMMAND = "measure"  # the command whose marker a shard's resume folder carries
-GROUP_COLUMNS = {"arch_id": pl.String, "status": pl.String, "latency_ms": pl.Float64,
-                 "latency_anchor_only": pl.Boolean}
-
-
-class ShardParts:
-    """The resumable progress of one shard job: its group plans and a part file per measured
-    group, in ``{out}.parts/``. The folder belongs to one set of inputs (settings, archs,
-    device): a folder left by other inputs is discarded, so a restarted job measures only the
-    groups not yet written, with the settings they were planned with. A file of the folder
-    that cannot be read back (not JSON or parquet, or not what this class writes) is refused
-    with :class:`ResumeStateError`, which says what to delete."""
-
-    def __init__(self, root: str | os.PathLike[str], key: str) -> None:
-        self.root = make_own_dir(root, COMMAND)  # a path it did not make is refused
-        stamp = self.root / "inputs.json"
-        if stamp.is_file() and self._key(stamp) != key:
-            log.warning("%s: left by other settings or archs; measuring the shard anew",
-                        self.root)
-            remove_own_dir(self.root, COMMAND)
-            make_own_dir(self.root, COMMAND)
-        if not stamp.is_file():
-            atomic_write_json(stamp, {"key": key})
-
-    def _damaged(self, path: Path, why: str) -> ResumeStateError:
-        """The error for a plan or stamp file (or the folder) that cannot be read back."""
-        return ResumeStateError(f"{path}: {why}; the resume state of this shard is damaged: "
-                                f"delete the folder {self.root} (the shard is measured anew) "
-                                f"and {RERUN}")
-
-    def _json(self, path: Path) -> Any:
-        """A JSON file of the folder."""
-        return read_json(path, f"delete the folder {self.root} (the shard is measured anew) "
-                               f"and {RERUN}")
-
-    def _key(self, stamp: Path) -> str | None:
-        """The inputs key the folder was written for (None: no stamp)."""
-        if not stamp.is_file():
-            return None
-        doc = self._json(stamp)
-        if not isinstance(doc, dict) or not isinstance(doc.get("key"), str):
-            raise self._damaged(stamp, "holds no inputs key")
-        return doc["key"]
-
-    def plan(self, condition: Condition, make: Callable[[], GroupPlan], n_archs: int
-             ) -> GroupPlan:
-        """The condition's group plan of the shard's ``n_archs`` archs: the one saved by an
-        earlier run, else make() saved."""
-        path = self.root / f"{condition.id}.plan.json"
-        if path.is_file():
-            return self._saved_plan(path, n_archs)
-        plan = make()
-        atomic_write_json(path, {"budget": plan.budget, "anchors": list(plan.anchors),
-                                 "groups": [asdict(g) for g in plan.groups]})
-        return plan
-
-    def _saved_plan(self, path: Path, n_archs: int) -> GroupPlan:
-        """A saved plan, checked: each arch a member of one group, every index an arch's."""
-        doc = self._json(path)
-        try:
-            plan = GroupPlan(tuple(Group(_indices(g["members"]), _indices(g["anchors"]),
-                                         _whole(g["bytes"]), _flag(g["over_budget"]))
-                                   for g in doc["groups"]),
-                             _whole(doc["budget"]), _indices(doc["anchors"]))
-        except (KeyError, TypeError, ValueError) as err:
-            raise self._damaged(path, f"is not a group plan ({type(err).__name__}: {err})"
-                                ) from None
-        members = sorted(i for g in plan.groups for i in g.members)
-        anchors = [*plan.anchors, *(i for g in plan.groups for i in g.anchors)]
-        if members != list(range(n_archs)) or any(i >= n_archs for i in anchors):
-            raise self._damaged(path, f"does not plan each of the shard's {n_archs} archs "
-                                      "once")
-        return plan
-
-    def part(self, condition: Condition, group: int) -> Path:
-        """The part file of one group."""
-        return self.root / f"{condition.id}.group-{group:05d}.parquet"
-
-    def write(self, condition: Condition, group: int, rows: list[dict[str, Any]]) -> None:
-        """Store one group's rows (atomically)."""
-        write_parquet(measurement_frame(rows), self.part(condition, group))
-
-    def rows(self, condition: Condition, index: int, group: Group, archs: Sequence[Arch]
-             ) -> list[dict[str, Any]] | None:
-        """The stored rows of group ``index`` (of ``archs``), or None when it was not measured
-        yet. Stored rows must be the group's: one per member, and anchors' timing rows."""
-        path = self.part(condition, index)
-        if not path.is_file():
-            return None
-        fix = f"delete {path} (its group is measured again) and {RERUN}"
-        table = read_parquet(path, fix)
-        missing = [c for c, dtype in GROUP_COLUMNS.items()
-                   if table.schema.get(c) not in (dtype, pl.Null)]
-        if missing:
-            raise ResumeStateError(f"{path}: not a group's rows (columns {', '.join(missing)} "
-                                   f"missing or of another type); {fix}")
-        own = table.filter(~pl.col("latency_anchor_only").fill_null(False))["arch_id"]
-        timing = set(table.filter(pl.col("latency_anchor_only"))["arch_id"])
-        if (Counter(own.to_list()) != Counter(archs[i].id for i in group.members)
-                or not timing <= {archs[i].id for i in group.anchors}):
-            raise ResumeStateError(f"{path}: its rows are not those of the group's "
-                                   f"{len(group.members)} archs; {fix}")
-        return table.to_dicts()
-
-    def remove(self) -> None:
-        """Delete the folder (once the shard's table is written)."""
-        remove_own_dir(self.root, COMMAND)
-
-
-def _indices(values: Any) -> tuple[int, ...]:
-    """A plan's list of arch indices."""
-    if not isinstance(values, list):
-        raise TypeError(f"{values!r:.60} is not a list of arch indices")
-    return tuple(_whole(v) for v in values)
-
-
-def _whole(value: Any) -> int:
-    """A plan's count or index: a whole number, at least 0."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{value!r:.60} is not a whole number")
-    return value
-
-
-def _flag(value: Any) -> bool:
-    """A plan's boolean."""
-    if not isinstance(value, bool):
-        raise TypeError(f"{value!r:.60} is not a boolean")
-    return value
-
-
 @dataclass
 class _Campaign:
     """What every group of a measurement run shares."""
@@ -237,17 +99,23 @@ class _Campaign:
     device: torch.device
     meter: EnergyMeter
     settings: Settings
+    watch: MemoryWatch
+    parts: ShardParts | None = None
 
-    def plan(self, condition: Condition) -> GroupPlan:
-        """Groups of the archs whose models fit the memory budget under condition."""
+    def costs(self, condition: Condition) -> tuple[list[int], list[int]]:
+        """Each arch's weight bytes (0 when archs are timed one at a time) and activation
+        bytes under condition."""
         weights = [weight_bytes(self.space, a, self.vocab_size, condition.dtype)
                    for a in self.archs]
         if not self.section.interleave:  # one model at a time: all archs in one group
             weights = [0] * len(weights)
-        activations = [activation_bytes(self.space, a, self.vocab_size, condition)
-                       for a in self.archs]
+        return weights, [activation_bytes(self.space, a, self.vocab_size, condition)
+                         for a in self.archs]
+
+    def plan(self, condition: Condition) -> GroupPlan:
+        """Groups of the archs whose models fit the memory budget under condition."""
         budget = budget_bytes(self.section.memory_budget_gb, self.device)
-        plan = plan_groups(weights, activations, budget, self.section.group_anchors)
+        plan = plan_groups(*self.costs(condition), budget, self.section.group_anchors)
         if len(plan.groups) > 1 and not plan.anchors:
             log.warning("%s: no anchor fits beside the largest arch in %.2f GiB: the %d groups' "
                         "speeds are not compared", condition.id, budget / GB, len(plan.groups))
@@ -261,16 +129,114 @@ class _Campaign:
                  plan.peak_bytes / GB, budget / GB)
         return plan
 
+    def measure_condition(self, condition: Condition, desc: str) -> list[dict[str, Any]]:
+        """The condition's rows from its groups (those stored by an earlier run reused). Before
+        a group starts and before each of its models is built, the memory free is checked
+        (:class:`~.pressure.MemoryWatch`); when other processes took it, the rest of the
+        condition is split into smaller groups (:meth:`shrink`)."""
+        parts = self.parts
+        plan = (parts.plan(condition, functools.partial(self.plan, condition), len(self.archs))
+                if parts else self.plan(condition))
+        groups: list[list[dict[str, Any]]] = []
+        shortages = 0  # in a row, at the group now tried
+        progress = tqdm(total=len(plan.groups), desc=f"{desc} {condition.id}", unit="group",
+                        disable=len(plan.groups) == 1)
+        while len(groups) < len(plan.groups):
+            g = len(groups)
+            stored = parts.rows(condition, g, plan.groups[g], self.archs) if parts else None
+            if stored is None and parts and not shortages:
+                why = parts.unfinished(condition, g)
+                if why:
+                    log.warning("%s: group %d did not finish in an earlier run (%s); measuring "
+                                "it again", condition.id, g, why)
+            shortfall = None
+            if stored is None:
+                stored, shortfall = self._measure_watched(condition, plan.groups[g], g)
+            if shortfall is not None:
+                shortages += 1
+                plan = self.shrink(condition, plan, g, shortfall, shortages)
+                progress.total = len(plan.groups)
+                continue
+            assert stored is not None
+            shortages = 0
+            groups.append(stored)
+            progress.update()
+        progress.close()
+        return assemble(plan, groups, self.archs)
+
+    def _measure_watched(self, condition: Condition, group: Group, index: int
+                         ) -> tuple[list[dict[str, Any]] | None, Shortfall | None]:
+        """measure_group of a group, stored, or the shortfall of memory that stopped it (the
+        models it built are dropped with the exception). Its marker in the resume folder
+        (started, then failed or gone) says a rerun what became of it."""
+        try:
+            self.watch.check(group.bytes)
+            if self.parts:
+                self.parts.started(condition, index, group.bytes, self.watch.free())
+            rows = self.measure_group(condition, group, index)
+        except Shortage as short:
+            shortfall = short.shortfall
+        except BaseException as err:
+            if self.parts:
+                self.parts.failed(condition, index, err)
+            raise
+        else:
+            if self.parts:
+                self.parts.write(condition, index, rows)
+            return rows, None
+        log.warning("%s: group %d stopped before it was timed: %s (other processes took "
+                    "memory)", condition.id, index, shortfall)
+        return None, shortfall
+
+    def shrink(self, condition: Condition, plan: GroupPlan, done: int, shortfall: Shortfall,
+               shortages: int) -> GroupPlan:
+        """The plan with groups ``done`` on split to fit the memory free now (the default
+        budget's share of it, at most the plan's budget), saved; after :data:`SHRINKS`
+        shortages in a row (each a wait of :data:`WAIT_S`), :class:`MemoryPressure`, also
+        recorded on the group's marker."""
+        if shortages > SHRINKS:
+            error = MemoryPressure(
+                f"{condition.id}: group {done} needs {shortfall.needed / GB:.2f} GiB and "
+                f"{shortfall.reserve / GB:.2f} GiB kept free, more than this machine's free "
+                f"memory ({self.watch.free() / GB:.2f} GiB) after {SHRINKS} smaller plans "
+                f"{WAIT_S:.0f} s apart: other processes hold the memory. The groups measured "
+                "so far are kept: rerun the same command once memory is free, or set "
+                "measure.memory_budget_gb lower")
+            if self.parts:
+                self.parts.failed(condition, done, error)
+            raise error
+        if shortages > 1:
+            time.sleep(WAIT_S)
+        release(self.device)
+        budget = min(plan.budget, int(DEFAULT_FRACTION * self.watch.free()))
+        smaller = shrink_plan(plan, done, *self.costs(condition), budget,
+                              self.section.group_anchors)
+        rest = smaller.groups[done:]
+        log.warning("%s: the %d archs not yet measured are planned again in %.2f GiB: %d "
+                    "group(s) of up to %d", condition.id, sum(len(g.members) for g in rest),
+                    budget / GB, len(rest), max(len({*g.members, *g.anchors}) for g in rest))
+        if self.parts:
+            self.parts.save_plan(condition, smaller)
+        return smaller
+
     def measure_group(self, condition: Condition, group: Group, index: int
                       ) -> list[dict[str, Any]]:
         """Rows of the group's members, plus timing-only rows of the anchors (flagged
-        ``latency_anchor_only``) when they are not members here."""
+        ``latency_anchor_only``) when they are not members here. A member's per-arch row
+        (energy, memory, FLOPs) stored by an earlier run is reused."""
         per_arch = replace(self.settings, latency=not self.section.interleave)
         members = [self.archs[i] for i in group.members]
-        rows = [measure_arch(self.space, arch, self.vocab_size, condition, self.device,
-                             self.meter, per_arch) for arch in members]
-        for row in rows:
-            row |= {"latency_group": index, "latency_anchor_only": False}
+        stored = (self.parts.arch_rows(condition, {a.id for a in self.archs})
+                  if self.parts else {})
+        rows = []
+        for arch in members:
+            if arch.id not in stored:
+                stored[arch.id] = measure_arch(self.space, arch, self.vocab_size, condition,
+                                               self.device, self.meter, per_arch)
+                if self.parts:
+                    self.parts.write_arch_rows(condition, list(stored.values()))
+            rows.append({**stored[arch.id], "latency_group": index,
+                         "latency_anchor_only": False})
         if not self.section.interleave:
             return rows
         timed = [i for i, row in enumerate(rows) if row["status"] == "ok"]
@@ -278,8 +244,15 @@ class _Campaign:
         arch_list = [members[i] for i in timed] + [self.archs[a] for a in extra]
         log.info("%s: timing %d archs interleaved (group %d)", condition.id, len(arch_list),
                  index)
+        activations = max((activation_bytes(self.space, a, self.vocab_size, condition)
+                           for a in arch_list), default=0)
+
+        def before_build(i: int) -> None:
+            self.watch.check(weight_bytes(self.space, arch_list[i], self.vocab_size,
+                                          condition.dtype) + activations)
+
         stats = measure_latency_of_archs(self.space, arch_list, self.vocab_size, condition,
-                                         self.device, self.settings)
+                                         self.device, self.settings, before_build)
         for i, result in zip(timed, stats[:len(timed)], strict=True):
             if result.get("status") == "oom":
                 rows[i] = _unmeasured_oom(rows[i], result["reason"])
@@ -441,8 +414,10 @@ def measure_rows(section: MeasureSettings, space: SearchSpace, archs: Sequence[A
     (one forward of each per cycle), so a machine whose speed drifts over time (shared or
     virtual CPUs) biases no arch against another; energy and memory are then measured arch by
     arch. The archs timed together are a group whose models fit ``measure.memory_budget_gb``
-    (:mod:`hwgptbench.measure.budget`); with ``parts``, each group's rows are stored as it
-    completes and groups stored by an earlier run are not measured again. Once a condition's
+    (:mod:`hwgptbench.measure.budget`), checked against the memory free before each model is
+    built (:mod:`.pressure`: groups are split when other processes took memory); with
+    ``parts``, each group's rows (and each arch's) are stored as they complete and what an
+    earlier run stored is not measured again. Once a condition's
     groups are measured, ``measure.repeat_share`` of its archs are timed again in a separate
     visit (``latency_repeat_ms``; null on the other rows): the repeatability a latency
     surrogate is judged against.
@@ -460,20 +435,10 @@ def measure_rows(section: MeasureSettings, space: SearchSpace, archs: Sequence[A
             calibrate(meter)
             log.info("idle power of %s: %s W (subtracted in energy_above_idle_mj)", resolved,
                      "unmeasured" if meter.idle_w is None else f"{meter.idle_w:.1f}")
-        campaign = _Campaign(section, space, archs, vocab_size, device, meter, settings)
+        campaign = _Campaign(section, space, archs, vocab_size, device, meter, settings,
+                             MemoryWatch.on(device), parts)
         for condition in conditions(section, space, device):
-            plan = (parts.plan(condition, functools.partial(campaign.plan, condition), len(archs))
-                    if parts else campaign.plan(condition))
-            groups = []
-            for g, group in enumerate(tqdm(plan.groups, desc=f"{desc} {condition.id}",
-                                           unit="group", disable=len(plan.groups) == 1)):
-                stored = parts.rows(condition, g, group, archs) if parts else None
-                if stored is None:
-                    stored = campaign.measure_group(condition, group, g)
-                    if parts:
-                        parts.write(condition, g, stored)
-                groups.append(stored)
-            measured = assemble(plan, groups, archs)
+            measured = campaign.measure_condition(condition, desc)
             campaign.retime_contended(condition, measured)
             repeats = campaign.repeat_latencies(condition, measured)
             rows += [{"device": resolved, "scale": space.name, **row,

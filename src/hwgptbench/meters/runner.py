@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
@@ -182,13 +182,15 @@ def _further(metrics: Sequence[Metric], model: GPT, fn: Any, x: torch.Tensor
 
 
 def measure_latency_of_archs(space: SearchSpace, archs: Sequence[Arch], vocab_size: int,
-                             condition: Condition, device: torch.device,
-                             settings: Settings) -> list[dict[str, Any]]:
+                             condition: Condition, device: torch.device, settings: Settings,
+                             before_build: Callable[[int], None] | None = None
+                             ) -> list[dict[str, Any]]:
     """Latency statistics of several archs under one condition, timed interleaved (their models
     held at once, CUDA graphs in one shared memory pool; see
     :func:`measure_latency_interleaved`). An arch that runs out of memory
     while built or timed gets ``{"status": "oom", "reason": ...}`` instead, and the others are
-    timed without it."""
+    timed without it. ``before_build(i)`` runs before arch i's model is built (the campaign's
+    memory watch; what it raises ends the call, the models built so far dropped)."""
     x = inputs(vocab_size, condition, settings.seed, torch.device(device))
     torch.set_num_threads(settings.threads)
     results: dict[int, dict[str, Any]] = {}
@@ -198,6 +200,8 @@ def measure_latency_of_archs(space: SearchSpace, archs: Sequence[Arch], vocab_si
     pool = torch.cuda.graph_pool_handle() if condition.launch == "cuda_graph" else None
     with torch.inference_mode():
         for i, arch in enumerate(archs):
+            if before_build is not None:
+                before_build(i)
             try:
                 model = build_model(space, arch, vocab_size, settings.seed, x.device,
                                     DTYPES[condition.dtype])
