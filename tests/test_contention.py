@@ -4,7 +4,12 @@ contended, and left out of surrogate fitting and transfer targets (meters/campai
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -16,7 +21,7 @@ from conftest import REPO_ROOT, surrogate_settings
 from hwgptbench import params
 from hwgptbench.measure import stage
 from hwgptbench.meters import campaign
-from hwgptbench.meters.latency import latency_stats
+from hwgptbench.meters.latency import latency_stats, runqueue_ns, runqueue_wait_share
 from hwgptbench.metrics import measurement_frame
 from hwgptbench.predictors import fitting
 from hwgptbench.space import SearchSpace
@@ -24,10 +29,10 @@ from hwgptbench.transfer.targets import long_table
 from test_measurements import SPACE, _section
 
 
-def _measured(**contention: Any) -> list[dict[str, Any]]:
-    section = _section(shards=1, batch_sizes=[1], repeat_share=0.0, contention={
-        "max_wall_cpu_ratio": 1.10, "max_ci_rel": 0.25, "retries": 2, "wait_s": 0.0,
-        **contention})
+def _measured(timing: dict[str, Any] | None = None, **contention: Any) -> list[dict[str, Any]]:
+    section = _section(shards=1, batch_sizes=[1], repeat_share=0.0, **(timing or {}), contention={
+        "max_wall_cpu_ratio": 1.10, "max_ci_rel": 0.25, "max_runqueue_wait": 0.10, "retries": 2,
+        "wait_s": 0.0, **contention})
     return campaign.measure_rows(section, SPACE, SPACE.sample(3, seed=1), 100, "auto")
 
 
@@ -38,7 +43,7 @@ def test_rows_beyond_the_bounds_are_timed_again_then_flagged(tmp_path: Path) -> 
     assert {r["latency_remeasured"] for r in strict} == {2}
     assert all(r["latency_contended"] for r in strict)
     assert all(r["latency_ms"] > 0 for r in strict)
-    loose = _measured(max_ci_rel=100.0, max_wall_cpu_ratio=100.0)
+    loose = _measured(max_ci_rel=100.0, max_wall_cpu_ratio=100.0, max_runqueue_wait=1.0)
     assert {r["latency_remeasured"] for r in loose} == {0}
     assert not any(r["latency_contended"] for r in loose)
     # the merged table's dvc metrics count them per device and condition
@@ -48,6 +53,42 @@ def test_rows_beyond_the_bounds_are_timed_again_then_flagged(tmp_path: Path) -> 
     (counts,) = (c for conditions in json.loads((tmp_path / "contention.json").read_text())
                  .values() for c in conditions.values())
     assert counts == {"ok": 3, "contended": 3, "remeasured": 0, "still_contended": 3}
+
+
+def test_the_runqueue_wait_share_counts_each_thread_once() -> None:
+    before = {"1": (100, 0), "2": (50, 10)}
+    after = {"1": (300, 100), "2": (50, 10), "3": (40, 60)}  # thread 3 started in between
+    assert runqueue_wait_share(before, after) == pytest.approx(160 / (240 + 160))
+    assert runqueue_wait_share(None, after) is None
+    assert runqueue_wait_share(before, before) is None  # no thread ran
+
+
+@pytest.mark.skipif(runqueue_ns() is None, reason="the kernel exposes no schedstat")
+def test_rows_timed_beside_processes_that_busy_every_core_are_flagged_and_timed_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real background load: a spinning process per core while the rows are timed, stopped
+    before the visit that times them again (its wait)."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                for _ in range(os.cpu_count() or 1)]
+
+    def stop_then_wait(seconds: float) -> None:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+        time.sleep(seconds)
+
+    monkeypatch.setattr(campaign, "time", SimpleNamespace(sleep=stop_then_wait))
+    try:
+        time.sleep(0.5)  # the spinners are running
+        rows = _measured(max_ci_rel=100.0, max_wall_cpu_ratio=100.0, retries=1, timing={
+            "threads": 1, "min_repeats": 30, "max_repeats": 10**5, "target_rel_ci": 1e-9,
+            "max_seconds": 0.3})  # 0.3 s of timing per arch, however slow the machine
+    finally:
+        stop_then_wait(0)
+    waits = [r["latency_runqueue_wait"] for r in rows]
+    assert all(w is not None and 0 <= w <= 1 for w in waits)
+    # every row waited for a core beside the spinners, so every row was timed again
+    assert {r["latency_remeasured"] for r in rows} == {1}
 
 
 def _stats(ms: float, ratio: float) -> dict[str, Any]:

@@ -97,6 +97,7 @@ _LATENCY_COLUMNS = {
     "latency_group_factor": "Float64", "latency_group": "Int64",
     "latency_anchor_only": "Boolean", "latency_repeat_ms": "Float64", "reason": "String",
     "latency_contended": "Boolean", "latency_remeasured": "Int64",
+    "latency_runqueue_wait": "Float64",
 }
 _ENERGY_COLUMNS = {
     "energy_mj": "Float64", "energy_window_s": "Float64", "energy_calls": "Int64",

@@ -267,13 +267,16 @@ class _Campaign:
 
     def contended(self, row: dict[str, Any]) -> bool:
         """Whether a timed row was measured under contention (``measure.contention``): its
-        calls waited for a core, or its latency's CI is wider than the bound."""
+        calls, or the process's threads while it was timed (CPU rows), waited for a core, or its
+        latency's CI is wider than the bound."""
         if row["status"] != "ok" or not row.get("latency_ms"):
             return False
         bounds = self.section.contention
         ratio, ci = row.get("latency_wall_cpu_ratio"), row.get("latency_ci95_rel")
+        wait = row.get("latency_runqueue_wait") if self.device.type == "cpu" else None
         # an infinite CI: too few calls for one (the protocol's limit), not contention
         return bool((ratio is not None and ratio > bounds.max_wall_cpu_ratio)
+                    or (wait is not None and wait > bounds.max_runqueue_wait)
                     or (ci is not None and math.isfinite(ci) and ci > bounds.max_ci_rel))
 
     def retime_contended(self, condition: Condition, rows: list[dict[str, Any]]

@@ -17,6 +17,10 @@ median (``latency_wall_ms``), minimum (``latency_min_ms``), median CPU time
 (``latency_cpu_ms``) and the median ratio of wall to CPU time of the calls
 (``latency_wall_cpu_ratio``, 1 when the thread ran undisturbed; above
 :data:`CONTENDED_WALL_CPU`, ``latency_contended``) are recorded whatever the estimator.
+``latency_runqueue_wait`` is the share of the time this process's threads were runnable during
+the timed calls that they spent waiting for a core (the kernel's run-queue wait,
+``/proc/self/task/*/schedstat``; None where it is not exposed): 0 on a machine with a core free
+for every thread, a third and more beside processes that keep every core busy.
 ``docs/measure.md`` has the study behind the default.
 """
 
@@ -26,6 +30,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,7 +40,7 @@ import torch.nn as nn
 LATENCY_FIELDS = ("latency_ms", "latency_mean_ms", "latency_std_ms", "latency_iqr_ms",
                   "latency_n", "latency_ci95_ms", "latency_ci95_rel", "latency_wall_ms",
                   "latency_min_ms", "latency_cpu_ms", "latency_wall_cpu_ratio",
-                  "latency_contended", "latency_estimator")
+                  "latency_contended", "latency_estimator", "latency_runqueue_wait")
 # latency_ms of a row: the wall-clock median, the wall-clock minimum, or the thread-CPU median
 ESTIMATORS = ("median", "min", "cpu_median")
 # a median wall/CPU-time ratio above this: the thread waited for a core (latency_contended)
@@ -64,6 +69,32 @@ def median_ci_halfwidth(samples: Sequence[float], confidence: float = 0.95) -> f
         return math.inf
     ordered = sorted(samples)
     return (ordered[ranks[1]] - ordered[ranks[0]]) / 2
+
+
+def runqueue_ns() -> dict[str, tuple[int, int]] | None:
+    """Time on a core and time runnable but waiting for one (ns) of each thread of this
+    process, by thread id; None where the kernel does not expose them."""
+    times = {}
+    for path in Path("/proc/self/task").glob("*/schedstat"):
+        try:
+            on_core, waiting, _ = path.read_text().split()
+        except (OSError, ValueError):
+            continue  # the thread ended, or a kernel without schedstat
+        times[path.parent.name] = (int(on_core), int(waiting))
+    return times or None
+
+
+def runqueue_wait_share(before: dict[str, tuple[int, int]] | None,
+                        after: dict[str, tuple[int, int]] | None) -> float | None:
+    """Share of the threads' runnable time between two :func:`runqueue_ns` readings that they
+    spent waiting for a core (threads started between them count from zero)."""
+    if before is None or after is None:
+        return None
+    on_core = waiting = 0
+    for thread, (run, wait) in after.items():
+        run0, wait0 = before.get(thread, (0, 0))
+        on_core, waiting = on_core + run - run0, waiting + wait - wait0
+    return waiting / (on_core + waiting) if on_core + waiting > 0 else None
 
 
 def check_estimator(estimator: str) -> None:
@@ -102,6 +133,7 @@ def latency_stats(samples_ms: Sequence[float], cpu_ms: Sequence[float] | None = 
         "latency_contended": None if cpu is None else bool(
             np.median(wall / cpu) > CONTENDED_WALL_CPU),
         "latency_estimator": used,
+        "latency_runqueue_wait": None,  # of the whole timing: set by the timers
     }
 
 
@@ -157,7 +189,7 @@ def measure_latency(fn: Callable[[], Any], device: torch.device, *, warmup: int,
             fn()
         synchronize(device)
         samples: list[tuple[float, float]] = []
-        start = time.perf_counter()
+        start, queue = time.perf_counter(), runqueue_ns()
         while True:
             samples += times(fn, min(min_repeats, max_repeats - len(samples)))
             wall, cpu = zip(*samples, strict=True)
@@ -165,7 +197,8 @@ def measure_latency(fn: Callable[[], Any], device: torch.device, *, warmup: int,
             done = (stats["latency_ci95_rel"] <= target_rel_ci
                     or time.perf_counter() - start >= max_seconds)
             if len(samples) >= max_repeats or (len(samples) >= min_repeats and done):
-                return stats
+                return stats | {"latency_runqueue_wait": runqueue_wait_share(queue,
+                                                                             runqueue_ns())}
 
 
 class CallFailed(RuntimeError):
@@ -249,8 +282,8 @@ def measure_latency_interleaved(fns: Sequence[Callable[[], Any]], device: torch.
     callables at the campaign's typical speed, free of the drift. Cycles go on until every
     callable has at least ``min_repeats`` samples and its median CI is within
     ``target_rel_ci``, or ``max_repeats`` samples, or ``max_seconds`` per callable in total;
-    all callables get the same count. A callable that runs out of memory raises
-    :class:`CallFailed` with its index.
+    all callables get the same count, and the run-queue wait of the whole timing. A callable
+    that runs out of memory raises :class:`CallFailed` with its index.
     """
     device, times = _timer(device, min_repeats, max_repeats, estimator)
     rng = np.random.default_rng(seed)
@@ -260,7 +293,7 @@ def measure_latency_interleaved(fns: Sequence[Callable[[], Any]], device: torch.
             for _ in range(warmup):
                 _call(fns, i, lambda fn: fn())
         synchronize(device)
-        start = time.perf_counter()
+        start, queue = time.perf_counter(), runqueue_ns()
         while True:
             cycle: list[list[tuple[float, float]]] = [[] for _ in fns]
             for i in rng.permutation(len(fns)) if shuffle else range(len(fns)):
@@ -274,7 +307,8 @@ def measure_latency_interleaved(fns: Sequence[Callable[[], Any]], device: torch.
             converged = all(row["latency_ci95_rel"] <= target_rel_ci for row in stats)
             out_of_time = time.perf_counter() - start >= max_seconds * len(fns)
             if converged or out_of_time or n >= max_repeats:
-                return stats
+                wait = runqueue_wait_share(queue, runqueue_ns())
+                return [row | {"latency_runqueue_wait": wait} for row in stats]
 
 
 class GraphReplay:

@@ -108,6 +108,7 @@ class ContentionSettings:
 
     max_wall_cpu_ratio: float = 1.10
     max_ci_rel: float = 0.25
+    max_runqueue_wait: float = 0.10
     retries: int = 2
     wait_s: float = 2.0
 
