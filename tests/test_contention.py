@@ -18,13 +18,15 @@ import pytest
 import yaml
 
 from conftest import REPO_ROOT, surrogate_settings
-from hwgptbench import params
+from hwgptbench import Benchmark, params
+from hwgptbench.api import QueryError
 from hwgptbench.measure import stage
 from hwgptbench.meters import campaign
 from hwgptbench.meters.latency import latency_stats, runqueue_ns, runqueue_wait_share
 from hwgptbench.metrics import measurement_frame
 from hwgptbench.predictors import fitting
 from hwgptbench.space import SearchSpace
+from hwgptbench.surrogate.stage import merge_quality
 from hwgptbench.transfer.targets import long_table
 from test_measurements import SPACE, _section
 
@@ -139,6 +141,39 @@ def test_contended_latencies_are_not_fitted_nor_transferred(tmp_path: Any) -> No
     long = long_table(table, ["latency_ms", "memory_peak_mb"])
     assert long.filter(pl.col("metric") == "latency_ms").height == table.height - 7
     assert long.filter(pl.col("metric") == "memory_peak_mb").height == table.height
+
+
+def test_a_condition_whose_latencies_are_all_contended_says_so_when_queried(
+        tmp_path: Path) -> None:
+    """No surrogate is fitted on contended latencies: a condition with no other latency has
+    none, its quality row says why and how to re-measure, and a query of it says the same."""
+    from test_api import DEVICE, SECTION, VOCAB, synthetic_tables
+    from test_api import SPACE as API_SPACE
+
+    perplexity, table = synthetic_tables()
+    table = table.with_columns(latency_contended=pl.lit(True), latency_remeasured=pl.lit(2))
+    scale = tmp_path / "tiny"
+    folder = scale / "surrogates"
+    fitting.fit_perplexity(surrogate_settings(SECTION), API_SPACE, VOCAB, perplexity,
+                           folder / "perplexity")
+    quality = fitting.fit_device(surrogate_settings(SECTION), API_SPACE, VOCAB, table,
+                                 folder / "devices" / DEVICE)
+    merge_quality([folder / "perplexity" / "quality.parquet",
+                   folder / "devices" / DEVICE / "quality.parquet"], "tiny",
+                  folder / "quality.parquet", scale / "surrogate_quality.json")
+    latency = quality.filter(pl.col("metric") == "latency_ms")
+    assert set(latency["status"]) == {"skipped"}
+    why = latency["reason"][0]
+    assert f"all {table.height} latencies were timed under contention" in why
+    assert "snakemake --forcerun measure" in why
+    table.write_parquet(scale / "measurements.parquet")
+    perplexity.write_parquet(scale / "perplexity.parquet")
+    bench = Benchmark.load("tiny", tmp_path, source="results")
+    arch = API_SPACE.sample(1, seed=5)[0]
+    assert bench.query([arch], ["memory_peak_mb"], device=DEVICE).height == 1  # others answer
+    for condition in (None, "b1-t128-fp32-eager"):
+        with pytest.raises(QueryError, match="timed under contention"):
+            bench.query([arch], ["latency_ms"], device=DEVICE, condition=condition)
 
 
 def test_the_bounds_are_validated() -> None:

@@ -191,6 +191,22 @@ def _selected(folder: Path) -> pl.DataFrame:
                       for t in tables])
 
 
+def _unfitted(folder: Path) -> dict[tuple[str, str, str], str]:
+    """Why targets of the device quality tables under ``folder`` have no surrogate: (metric,
+    device, condition) of rows no family was fitted for, with their reason."""
+    tables = [read_parquet(p, TABLE_FIX) for p in sorted(folder.glob("devices/*/quality.parquet"))]
+    out: dict[tuple[str, str, str], str] = {}
+    for table in tables:
+        if not {"status", "reason", *TARGET_KEYS} <= set(table.columns):
+            continue
+        fitted = table.filter(pl.col("status") == "ok").select(TARGET_KEYS)
+        skipped = table.filter(pl.col("status") == "skipped").join(fitted, on=TARGET_KEYS,
+                                                                    how="anti")
+        for row in skipped.unique(TARGET_KEYS, keep="first").iter_rows(named=True):
+            out[(row["metric"], row["device"], row["condition"])] = row["reason"] or "skipped"
+    return out
+
+
 def _choose(kind: str, value: Any, available: Sequence[str]) -> str:
     if value not in available:
         raise QueryError(f"unknown {kind} {value!r}; available: {', '.join(available) or 'none'}")
@@ -311,6 +327,8 @@ class Benchmark:
     # taken when a query names none: the measure params' first condition, or per device (the
     # shipped tables' manifest)
     default_condition: str | Mapping[str, str] | None = None
+    # why a (metric, device, condition) of the quality tables has no surrogate
+    unfitted: Mapping[tuple[str, str, str], str] = field(default_factory=dict)
     _models: dict[str, Surrogate] = field(default_factory=dict, repr=False)
     _entries: dict[tuple[str, str | None, str | None, int | None], dict[str, Any]] = field(
         default_factory=dict, repr=False)
@@ -424,7 +442,7 @@ class Benchmark:
                 f"no surrogates under {where}; build them with `make run` "
                 "(or `snakemake`), or fetch them with `make pull`; the tables shipped with the "
                 f"package cover the scales {', '.join(published.scales()) or 'none'}")
-        index = pl.DataFrame(rows)
+        index = pl.DataFrame(rows, infer_schema_length=None)  # feature args differ by target
         spaces = index.group_by("space_name", "space", maintain_order=True).agg(
             pl.col("folder").first())
         if spaces.height != 1:
@@ -444,7 +462,8 @@ class Benchmark:
             chosen, on=["metric", "device", "condition"], how="anti")
         return cls(scale, space, pl.concat([chosen, filled]).drop("space", "part"), family,
                    with_condition_columns(measurements) if measurements is not None else None,
-                   perplexities, default_condition)
+                   perplexities, default_condition,
+                   {key: why for folder, _ in parts for key, why in _unfitted(folder).items()})
 
     @property
     def selection(self) -> pl.DataFrame:
@@ -558,6 +577,12 @@ class Benchmark:
 
     def _find_entry(self, metric: str, device: str | None, condition: str | None,
                     fidelity: int | None) -> dict[str, Any]:
+        unfitted = sorted((key, why) for key, why in self.unfitted.items() if key[0] == metric
+                          and device in (None, key[1]) and condition in (None, key[2]))
+        if metric not in self.metrics and unfitted:
+            (_, where, under), why = unfitted[0]
+            raise QueryError(f"no surrogate of {metric!r} (e.g. on {where!r} under {under!r}: "
+                             f"{why})")
         _choose("metric", metric, [*self.metrics, *COMPUTED])
         if metric in DEVICE_FREE:
             rows = self.index.filter(pl.col("metric") == metric)
@@ -567,6 +592,8 @@ class Benchmark:
         conditions = self.conditions(device, metric)
         default = (self.default_condition.get(device)
                    if isinstance(self.default_condition, Mapping) else self.default_condition)
+        if condition is None and (metric, device, default) in self.unfitted:
+            condition = default  # its query says why it has no surrogate
         if condition is None and len(conditions) == 1:
             condition = conditions[0]
         elif condition is None and default in conditions:
@@ -577,6 +604,10 @@ class Benchmark:
                 conditions) > len(likely) else ""
             raise QueryError(f"device {device!r} has several conditions for {metric!r}; "
                              f"choose one, e.g. {', '.join(likely)}{more}")
+        reason = self.unfitted.get((metric, device, condition))
+        if reason and condition not in conditions:
+            raise QueryError(f"no surrogate of {metric!r} on {device!r} under {condition!r}: "
+                             f"{reason}")
         _choose(f"condition of {metric!r} on {device!r}", condition, conditions)
         return self.index.filter((pl.col("metric") == metric) & (pl.col("device") == device)
                                  & (pl.col("condition") == condition)).row(0, named=True)

@@ -313,7 +313,11 @@ def fit_device(section: SurrogateSettings, space: SearchSpace, vocab_size: int,
                     metadata["ceiling"] = ceiling
                 if not present.any():
                     base = _base_row(section, metric, devices[0], condition)
-                    targets.append(_skipped(section, base, _null_reason(group, metric), 0))
+                    why = (f"all {left_out} latencies were timed under contention and left out "
+                           "of fitting: re-measure on a quiet machine (`snakemake --forcerun "
+                           "measure`, or `hwgptbench measure`; docs/measure.md)" if left_out
+                           else _null_reason(group, metric))
+                    targets.append(_skipped(section, base, why, 0))
                     continue
                 target = _target(section, X[present], group[metric].to_numpy()[present],
                                  staging / metric / condition, metadata,
