@@ -71,6 +71,10 @@ PREDICTION_SCHEMA = {
     "lower": pl.Float64, "upper": pl.Float64,
 }
 
+# how the rows of a run's measure stage are timed again (docs/measure.md)
+REMEASURE = ("`snakemake --forcerun measure results/{scale}/measurements.parquet`, then `make "
+             "run`; or `hwgptbench measure`; docs/measure.md")
+
 
 def fidelity_condition(train_steps: int) -> str:
     """Condition of the perplexity surrogate of a lower fidelity, e.g. ``steps-100``."""
@@ -305,8 +309,8 @@ def fit_device(section: SurrogateSettings, space: SearchSpace, vocab_size: int,
                 if left_out:
                     present &= ~contended
                     log.warning("%s %s: %d latencies measured under contention left out of "
-                                "fitting (re-measure: `hwgptbench measure`, docs/measure.md)",
-                                devices[0], condition, left_out)
+                                "fitting (re-measure: %s)", devices[0], condition, left_out,
+                                REMEASURE)
                 metadata = _metadata(space, metric, devices[0], condition, fingerprint,
                                      vocab_size, key[0], key[1])
                 if metric == "latency_ms" and ceiling is not None:
@@ -314,8 +318,7 @@ def fit_device(section: SurrogateSettings, space: SearchSpace, vocab_size: int,
                 if not present.any():
                     base = _base_row(section, metric, devices[0], condition)
                     why = (f"all {left_out} latencies were timed under contention and left out "
-                           "of fitting: re-measure on a quiet machine (`snakemake --forcerun "
-                           "measure`, or `hwgptbench measure`; docs/measure.md)" if left_out
+                           f"of fitting: re-measure on a quiet machine ({REMEASURE})" if left_out
                            else _null_reason(group, metric))
                     targets.append(_skipped(section, base, why, 0))
                     continue
