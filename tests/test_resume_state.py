@@ -109,6 +109,16 @@ def rows_of_other_archs(table: pl.DataFrame) -> pl.DataFrame:
     return table.with_columns(arch_id=pl.lit(ARCHS[0].id))
 
 
+def refused_in_one_line(out: Path, damaged: Path, then: str) -> None:
+    """The shard's rerun is refused in one line that names the damaged file and says to
+    delete it (``then`` says what follows) and rerun."""
+    with pytest.raises(UserError) as refused:
+        measure(out)
+    message = str(refused.value)
+    assert message.startswith(str(damaged)) and "\n" not in message
+    assert f"delete {damaged} ({then}) and {RERUN}" in message
+
+
 GROUPS = {
     "garbage": lambda path: path.write_bytes(b"PAR1 not a parquet table PAR1"),
     "truncated": lambda path: path.write_bytes(path.read_bytes()[:200]),
@@ -131,11 +141,7 @@ def test_a_damaged_group_names_the_file_to_delete(case: str, interrupted: Path,
     out, parts = resume(interrupted, tmp_path)
     group = parts / GROUP
     GROUPS[case](group)
-    with pytest.raises(UserError) as refused:
-        measure(out)
-    message = str(refused.value)
-    assert message.startswith(str(group)) and "\n" not in message
-    assert f"delete {group} (its group is measured again) and {RERUN}" in message
+    refused_in_one_line(out, group, "its group is measured again")
     if case == "garbage":  # what the message says to do works
         group.unlink()
         assert sorted(measure(out)["arch_id"]) == sorted(a.id for a in ARCHS)
@@ -155,11 +161,7 @@ def test_damaged_per_arch_rows_name_the_file_to_delete(case: str, interrupted: P
     out, parts = resume(interrupted, tmp_path)
     rows = parts / ARCH_ROWS
     ARCH_ROW_DAMAGE[case](rows)
-    with pytest.raises(UserError) as refused:
-        measure(out)
-    message = str(refused.value)
-    assert message.startswith(str(rows)) and "\n" not in message
-    assert f"delete {rows} (its archs are measured again) and {RERUN}" in message
+    refused_in_one_line(out, rows, "its archs are measured again")
     rows.unlink()
     assert sorted(measure(out)["arch_id"]) == sorted(a.id for a in ARCHS)
 
