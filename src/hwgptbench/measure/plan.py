@@ -18,10 +18,10 @@ from typing import Any, NamedTuple
 
 from ..errors import UserError
 from ..meters.budget import (
-    DEFAULT_FRACTION,
     GB,
     GroupPlan,
     activation_bytes,
+    default_budget,
     plan_groups,
     weight_bytes,
 )
@@ -134,8 +134,8 @@ def plan_memory(space: SearchSpace, section: MeasureSettings, n_archs: int, voca
     device."""
     largest = check_fits(space, section, vocab_size, device, device_memory)
     budget_gb = section.memory_budget_gb
-    budget = int(budget_gb * GB) if budget_gb is not None else int(
-        DEFAULT_FRACTION * device_memory.memory)
+    budget = (int(budget_gb * GB) if budget_gb is not None
+              else default_budget(device_memory.memory))
     size = archs_per_shard(space, n_archs, section.shards)
     archs = stand_in_shard(space, size, seed)
     plans: list[tuple[GroupPlan, Condition]] = []

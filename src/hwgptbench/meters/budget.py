@@ -70,11 +70,17 @@ def free_memory_bytes(device: torch.device) -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
+def default_budget(free: int) -> int:
+    """The budget in bytes when ``measure.memory_budget_gb`` is null: a safe fraction of the
+    ``free`` bytes."""
+    return int(DEFAULT_FRACTION * free)
+
+
 def budget_bytes(budget_gb: float | None, device: torch.device) -> int:
     """The budget in bytes: ``measure.memory_budget_gb``, or a safe fraction of free memory."""
     if budget_gb is not None:
         return int(budget_gb * GB)
-    return int(DEFAULT_FRACTION * free_memory_bytes(device))
+    return default_budget(free_memory_bytes(device))
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,12 @@ from ..settings.sections import MeasureSettings
 from ..space import Arch, SearchSpace
 from ..versions import library_versions
 from .budget import (
-    DEFAULT_FRACTION,
     GB,
     Group,
     GroupPlan,
     activation_bytes,
     budget_bytes,
+    default_budget,
     plan_groups,
     shrink_plan,
     weight_bytes,
@@ -208,7 +208,7 @@ class _Campaign:
         if shortages > 1:
             time.sleep(WAIT_S)
         release(self.device)
-        budget = min(plan.budget, int(DEFAULT_FRACTION * self.watch.free()))
+        budget = min(plan.budget, default_budget(self.watch.free()))
         smaller = shrink_plan(plan, done, *self.costs(condition), budget,
                               self.section.group_anchors)
         rest = smaller.groups[done:]

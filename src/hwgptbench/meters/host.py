@@ -61,12 +61,18 @@ def physical_cores(entries: list[dict[str, str]]) -> int | None:
     return len(cores) or None
 
 
-def total_memory_gb() -> float | None:
-    """Physical memory of the machine in GB."""
+def total_memory_bytes() -> int | None:
+    """Physical memory of the machine in bytes."""
     try:
-        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GB, 2)
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def total_memory_gb() -> float | None:
+    """Physical memory of the machine in GB."""
+    total = total_memory_bytes()
+    return None if total is None else round(total / GB, 2)
 
 
 def slug(text: str) -> str:

@@ -14,7 +14,6 @@ group that never finished was killed for memory.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import torch
 
 from ..errors import UserError
 from .budget import GB, free_memory_bytes
+from .host import total_memory_bytes
 
 RESERVE_SHARE = 0.05  # of the device's memory kept free beside a group, for other processes ...
 RESERVE_MAX = 1 * GB  # ... but at most this
@@ -55,11 +55,12 @@ class Shortage(Exception):
         self.shortfall = shortfall
 
 
-def total_memory_bytes(device: torch.device) -> int:
-    """The device's memory: the GPU's, or the machine's physical memory on the CPU."""
+def device_memory_bytes(device: torch.device) -> int | None:
+    """The device's memory: the GPU's, or the machine's physical memory on the CPU (None where
+    it cannot be read)."""
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[1])
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return total_memory_bytes()
 
 
 def available_bytes(device: torch.device) -> int:
@@ -83,7 +84,9 @@ class MemoryWatch:
     def on(cls, device: torch.device) -> MemoryWatch:
         """The watch of device, with :data:`RESERVE_SHARE` of its memory (at most
         :data:`RESERVE_MAX`) kept free."""
-        return cls(device, min(RESERVE_MAX, int(RESERVE_SHARE * total_memory_bytes(device))))
+        total = device_memory_bytes(device)
+        return cls(device, RESERVE_MAX if total is None
+                   else min(RESERVE_MAX, int(RESERVE_SHARE * total)))
 
     def free(self) -> int:
         """The memory free on the device now."""
