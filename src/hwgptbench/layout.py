@@ -363,3 +363,67 @@ def compress_figures(name: str, results: str = RESULTS) -> str:
 
 def report(results: str = RESULTS) -> str:
     return f"{results}/report.html"
+
+
+# -- the paper's figures and tables (`make paper`: the shipped tables only) ------------------
+
+def paper(results: str = RESULTS) -> str:
+    return f"{results}/paper"
+
+
+def paper_params(results: str = RESULTS) -> str:
+    """The section files of the paper's own search settings (``paper.search`` as ``search``)."""
+    return f"{params_sections(results)}/paper"
+
+
+def paper_surrogates(scale: str, results: str = RESULTS) -> str:
+    """The receipt of the shipped tables' surrogates of a scale, fitted under the paper folder
+    (``{paper}/published/``, the cache of :mod:`hwgptbench.published.surrogates`)."""
+    return f"{paper(results)}/surrogates/{scale}.json"
+
+
+def paper_search(results: str = RESULTS) -> str:
+    return f"{paper(results)}/search"
+
+
+def paper_search_reference(objectives: str, device: str, results: str = RESULTS) -> str:
+    return f"{paper_search(results)}/reference/{objectives}/{device}"
+
+
+def paper_search_runs(objectives: str, device: str, algorithm: str,
+                      results: str = RESULTS) -> str:
+    return f"{paper_search(results)}/runs/{objectives}/{device}/{algorithm}"
+
+
+def paper_search_table(name: str, results: str = RESULTS) -> str:
+    return f"{paper_search(results)}/tables/{name}.parquet"
+
+
+def paper_tables(results: str = RESULTS) -> str:
+    return f"{paper(results)}/tables"
+
+
+def paper_table(name: str, results: str = RESULTS) -> str:
+    """A markdown table of the paper (a parquet copy beside it)."""
+    return f"{paper_tables(results)}/{name}.md"
+
+
+def paper_figures(results: str = RESULTS) -> str:
+    return f"{paper(results)}/figures"
+
+
+def paper_figure(name: str, results: str = RESULTS) -> str:
+    return f"{paper_figures(results)}/{name}.png"
+
+
+def paper_external(results: str = RESULTS) -> str:
+    """Few-shot transfer on other projects' public data (skipped, with a note, without it)."""
+    return f"{paper(results)}/external"
+
+
+def paper_report(results: str = RESULTS) -> str:
+    return f"{results}/report-paper.html"
+
+
+def paper_search_metrics(results: str = RESULTS) -> str:
+    return f"{paper_search(results)}/metrics.json"

@@ -214,13 +214,27 @@ def batch_problems(batch_size: int, processes: int) -> list[str]:
             f"supernet.processes to a divisor of {batch_size}"]
 
 
-def search_problems(search: dict[str, Any]) -> list[str]:
-    """Why ``search.objectives`` names sets that ``search.objective_sets`` lacks."""
+def search_problems(search: dict[str, Any], field: str = "search") -> list[str]:
+    """Why ``search.objectives`` names sets that ``search.objective_sets`` lacks (``field``:
+    where the search section is, ``paper.search`` for the paper's)."""
     unknown = [name for name in search["objectives"] if name not in search["objective_sets"]]
     if not unknown:
         return []
-    return [f"search.objectives: {unknown} are not keys of search.objective_sets "
+    return [f"{field}.objectives: {unknown} are not keys of {field}.objective_sets "
             f"({', '.join(search['objective_sets'])}); define them there or remove them"]
+
+
+def paper_problems(paper: dict[str, Any]) -> list[str]:
+    """Why the paper's search or its external transfer cannot run as configured."""
+    problems = search_problems(paper["search"], "paper.search")
+    if "moasha" in paper["search"]["algorithms"]:
+        problems.append("paper.search.algorithms: moasha needs perplexities at several "
+                        "training steps, and the shipped tables have one per arch: remove it")
+    external = paper["external"]
+    if external["report_k"] not in external["ks"]:
+        problems.append(f"paper.external.report_k: {external['report_k']} is not one of "
+                        f"paper.external.ks {external['ks']}: add it there or choose one")
+    return problems
 
 
 def transfer_problems(transfer: dict[str, Any]) -> list[str]:
@@ -303,14 +317,15 @@ def _cross_field_problems(doc: dict[str, Any]) -> list[str]:
     """Constraints between fields that the schema cannot express, one line each."""
     supernet, search, transfer = doc.get("supernet"), doc.get("search"), doc.get("transfer")
     runtime, compress = doc.get("runtime"), doc.get("compress")
-    surrogate = doc.get("surrogate")
+    surrogate, paper = doc.get("surrogate"), doc.get("paper")
     return ((snapshot_problems(supernet["snapshots"], supernet["steps"])
              + batch_problems(supernet["batch_size"], supernet["processes"]))
             if supernet else []) + (search_problems(search) if search else []) + (
         transfer_problems(transfer) if transfer else []) + (
         runtime_problems(runtime) if runtime else []) + (
         surrogate_problems(surrogate) if surrogate else []) + (
-        compress_problems(compress) if compress else []) + import_problems(doc)
+        compress_problems(compress) if compress else []) + (
+        paper_problems(paper) if paper else []) + import_problems(doc)
 
 
 @lru_cache(maxsize=32)

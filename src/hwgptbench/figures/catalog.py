@@ -11,3 +11,16 @@ FIGURES = ("pareto_latency", "device_correlation", "surrogate_scatter", "surroga
 TABLES = ("surrogate_quality", "hypervolume", "rank_tests", "pairwise_tests", "reference_front",
           "devices", "transfer", "runtime",
           "serving", "parallel")
+
+# `make paper` (figures/paper.py): the device tables (every paper scale in each), the search's,
+# and the figures of each scale ({scale}_{name}) and of the search; workflow/report/ has a
+# caption paper_{name}.rst for each figure name and paper_table_{name}.rst for each table
+PAPER_DEVICE_TABLES = ("devices", "cost_vs_size", "energy", "fronts", "kendall_tau",
+                       "surrogate_quality")
+PAPER_SEARCH_TABLES = ("search_reference", "search_hypervolume", "search_rank_tests",
+                       "search_pairwise")
+PAPER_TABLES = (*PAPER_DEVICE_TABLES, *PAPER_SEARCH_TABLES)
+PAPER_SCALE_FIGURES = ("pareto_latency", "pareto_energy", "pareto_memory", "kendall_latency",
+                       "cost_vs_size")
+PAPER_SEARCH_FIGURES = ("search_hypervolume", "search_hypervolume_time",
+                        "search_critical_difference", "search_eaf_difference")

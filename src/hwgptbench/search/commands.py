@@ -32,7 +32,7 @@ def _search_problem(args: argparse.Namespace) -> tuple[SearchSettings, Problem]:
     if args.objectives not in config.objective_sets:
         raise params.ParamsError(f"--objectives {args.objectives!r} is not a key of "
                                  f"search.objective_sets ({', '.join(config.objective_sets)})")
-    bench = Benchmark.load(args.scale, args.results, family=family, source="results")
+    bench = Benchmark.load(args.scale, args.results, family=family, source=args.source)
     return config, make_problem(bench, list(config.objective_sets[args.objectives]),
                                 args.device, asdict(config.condition))
 
@@ -110,6 +110,10 @@ def register(add: Add) -> None:
         command.add_argument("--device", required=True,
                              help="device label of the hardware metrics")
         command.add_argument("--out", required=True, help="output folder")
+        command.add_argument("--source", choices=["results", "published"], default="results",
+                             help="results: the run's surrogates under --results; published: "
+                                  "the tables shipped with the package (their surrogates "
+                                  "fitted once under --results/published/)")
     command.add_argument("--algorithm", required=True,
                          type=one_of("hwgptbench.search_algorithms", "ALGORITHMS"),
                          help="search algorithm (docs/search.md)")

@@ -268,6 +268,30 @@ class SearchSettings(SectionSettings):
     options: dict[str, dict[str, Any]]  # per algorithm, checked by search_algorithms.OPTIONS
 
 
+@dataclass(frozen=True)
+class ExternalSettings:
+    """Other projects' public latency data for few-shot transfer (``paper.external``): the
+    folders of the user's copies, None where not given."""
+
+    help_fbnet: str | None
+    hat: str | None
+    ks: tuple[int, ...]
+    seeds: int
+    report_k: int
+
+
+@dataclass(frozen=True)
+class PaperSettings(SectionSettings):
+    """`make paper`: the shipped tables' scales, the search at the paper's budget, external
+    data."""
+
+    SECTION: ClassVar[str] = "paper"
+    scales: tuple[str, ...]
+    search_scale: str
+    search: SearchSettings
+    external: ExternalSettings
+
+
 TransferMethod = Literal["ensemble", "table_prior", "meta_ridge", "source_ridge", "feature_ridge",
                          "flops_line"]
 

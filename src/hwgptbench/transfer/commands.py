@@ -24,7 +24,7 @@ from ..options import (
     vocab_size,
     vocab_source,
 )
-from ..settings.sections import MeasureSettings, TransferSettings
+from ..settings.sections import MeasureSettings, PaperSettings, TransferSettings
 from ..space import read_archs
 
 log = logging.getLogger("hwgptbench")
@@ -178,6 +178,35 @@ def validation_archs(text: str) -> int:
     return n
 
 
+def cmd_transfer_external(args: argparse.Namespace) -> None:
+    """Few-shot transfer on other projects' public latency data (HELP's FBNet, HAT) and on
+    device tables, beside their published numbers: a markdown report and the quality rows;
+    with no data given, the report says it was skipped and how to add the data."""
+    from ..io import atomic_write_text
+    from .external_report import SKIPPED, data_sets, drop_first, evaluate
+
+    external = load_settings(args, PaperSettings).external
+    out = Path(args.out_dir)
+    runs = data_sets(args.help_fbnet or external.help_fbnet, args.hat or external.hat,
+                     args.gpt)
+    for item in args.drop_first:
+        name, _, count = item.rpartition(":")
+        for data, _ in runs:
+            if name in data.tables:
+                data.tables[name] = drop_first(data.tables[name], int(count))
+    out.mkdir(parents=True, exist_ok=True)
+    if not runs:
+        log.warning("transfer-external: %s", SKIPPED.strip())
+        atomic_write_text(out / "external.md", SKIPPED)
+        return
+    scored = evaluate(runs, args.ks or external.ks, args.seeds or external.seeds,
+                      args.report_k or external.report_k, args.only, args.methods)
+    write_parquet(scored.quality, out / "quality.parquet")
+    write_parquet(scored.summary, out / "summary.parquet")
+    atomic_write_text(out / "external.md", scored.markdown)
+    print(scored.markdown)
+
+
 def register(add: Add) -> None:
     """Add the subcommands through the CLI's ``add``."""
     command = add("transfer", cmd_transfer)
@@ -214,3 +243,22 @@ def register(add: Add) -> None:
                          type=one_of("hwgptbench.transfer.selection", "SELECTIONS"),
                          help="which archs to measure (default: transfer.selection)")
     vocab_source(command)
+    command = add("transfer-external", cmd_transfer_external)
+    command.add_argument("--help-fbnet", help="HELP's data/fbnet folder (default: "
+                                              "paper.external.help_fbnet)")
+    command.add_argument("--hat", help="HAT's latency_dataset folder, *_all.csv (default: "
+                                       "paper.external.hat)")
+    command.add_argument("--gpt", nargs="+", default=[],
+                         help="device tables of several devices of one scale (this project's)")
+    command.add_argument("--ks", type=int, nargs="+", help="default: paper.external.ks")
+    command.add_argument("--seeds", type=int, help="default: paper.external.seeds")
+    command.add_argument("--report-k", type=int, help="default: paper.external.report_k")
+    command.add_argument("--drop-first", nargs="+", default=[], metavar="TABLE:N",
+                         help="leave out the first N archs of a table (a sensitivity check "
+                              "of rows suspected of a measurement artefact)")
+    command.add_argument("--only", nargs="+", default=[], metavar="SPLIT",
+                         help="evaluate only these splits (names as in the report)")
+    command.add_argument("--methods", nargs="+", default=None, metavar="NAME",
+                         help="methods and baselines to score (default: all)")
+    command.add_argument("--out-dir", required=True,
+                         help="folder of external.md, quality.parquet and summary.parquet")
