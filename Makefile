@@ -8,7 +8,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: run test quick pull install help hwgptbench lock
+.PHONY: run test quick pull install help hwgptbench paper lock
 
 help:
 	@echo "make run   - install into $(VENV) and run the workflow (dvc repro -> snakemake)"
@@ -18,6 +18,8 @@ help:
 	@echo "             REMOTE=URL of a published one, pulled read-only (https://..., s3://...;"
 	@echo "             ENDPOINT=https://... for an S3-compatible store; docs/remotes.md)"
 	@echo "make lock  - re-resolve pyproject.toml's ranges into requirements.lock (the installs' pins)"
+	@echo "make paper - the paper's multi-device figures and tables from the shipped tables only"
+	@echo "             (results/paper/, report results/report-paper.html; resumes)"
 	@echo "make hwgptbench - HW-GPT-Bench's s space: import its perplexities, measure 500 archs"
 	@echo "                  here, surrogates, search, figures (docs/paper_scale.md; resumes)"
 
@@ -63,6 +65,15 @@ run: $(VENV)/.installed
 	dvc repro
 	snakemake --report results/report.html
 	@echo "figures and tables: results/*/figures/, results/*/tables/; report: results/report.html"
+
+# The paper's figures and tables from the tables shipped in the package: no training, measuring
+# or network (docs/paper_scale.md). A DVC pipeline of its own (paper/dvc.yaml), so `make run`
+# never runs it; rerun to resume an interrupted search.
+paper: $(VENV)/.installed
+	hwgptbench unlock-stale
+	dvc repro paper/dvc.yaml
+	snakemake paper --report results/report-paper.html
+	@echo "figures and tables: results/paper/figures/, results/paper/tables/; report: results/report-paper.html"
 
 # HW-GPT-Bench's published perplexities (dvc import, needs the network once) and the s space
 # measured on this machine; rerun to resume (HWGPTBENCH_PARAMS: another overlay, e.g. a scale).

@@ -42,6 +42,9 @@ SUBCOMMAND = re.compile(r"\bhwgptbench ([a-z][a-z0-9-]*)")
 REGISTRIES = {f"{PACKAGE}.cli", f"{PACKAGE}.commands", f"{PACKAGE}.compress.stage", *(
     f"{PACKAGE}.{path.parent.name}.commands" for path in SRC.glob(f"{PACKAGE}/*/commands.py"))}
 PARAMS_FILE = re.compile(r"results/\.params/([A-Za-z0-9_.]+)\.json")
+# the paper's own search settings: paper.search written as the section `search` that the
+# search commands read (workflow/rules/paper.smk); DVC tracks it as params `paper`
+PAPER_FILE = re.compile(r"results/\.params/paper/([A-Za-z0-9_.]+)\.json")
 
 
 def module_file(module: str) -> Path | None:
@@ -376,15 +379,17 @@ def problems(stage: Stage, stages: list[Stage], jobs: list[Job]) -> list[str]:
               "from its deps in dvc.yaml" for dep in stage.deps
               if dep.startswith(f"src/{PACKAGE}") and not any(_under(f, dep) for f in files)]
     declared = {p for s in upstream(stage, stages) for p in s.params}
+    read = set(PARAMS_FILE.findall(text)) | ({"paper"} if PAPER_FILE.search(text) else set())
     return found + [f"stage {stage.name}: reads params {section}; add `- {section}` to its "
-                    "params in dvc.yaml" for section in sorted(set(PARAMS_FILE.findall(text)))
+                    "params in dvc.yaml" for section in sorted(read)
                     if not any(section == p or section.startswith(p + ".") for p in declared)]
 
 
 def params_problems(job: Job) -> list[str]:
     """Where a job's params files (``results/.params/{section}.json`` inputs) and the sections
     its subcommands load disagree: a section loaded but not passed, or passed but not read."""
-    passed = set(PARAMS_FILE.findall(" ".join(job.inputs)))
+    inputs = " ".join(job.inputs)
+    passed = set(PARAMS_FILE.findall(inputs)) | set(PAPER_FILE.findall(inputs))
     reads: set[str] = set()
     for subcommand in set(SUBCOMMAND.findall(job.shell)):
         reads |= handler_reads(subcommand)

@@ -29,7 +29,9 @@ ALL_STAGES = {"data", "supernet", "sample_archs", "perplexity", "measure", "meas
 SEARCH_AND_FIGURES = {"search_reference", "search", "search_summary", "figures_of_scale"}
 # The whole workflow, small enough for a test.
 def dvc_status(repo: Path) -> dict:
-    return json.loads(run(["dvc", "status", "--json"], repo).stdout or "{}")
+    """The stages of the workflow's pipeline (dvc.yaml) that are not current; the paper's
+    pipeline (paper/dvc.yaml, `make paper`) is not part of `make run`."""
+    return json.loads(run(["dvc", "status", "--json", "dvc.yaml"], repo).stdout or "{}")
 
 
 def snakemake_jobs(repo: Path, *targets: str) -> set[str]:

@@ -319,6 +319,20 @@ def stale_stages() -> dict[str, Any]:
     return json.loads(_run([_tool("dvc"), "status", "--json"], capture=True) or "{}")
 
 
+def locked_stages() -> dict[str, Any]:
+    """Every stage of the lock files (``dvc.lock``, and ``{folder}/dvc.lock`` of a pipeline in
+    a folder such as ``paper/``) by its address in ``dvc status``: ``name``, or
+    ``{folder}/dvc.yaml:name``."""
+    stages: dict[str, Any] = {}
+    for path in [Path("dvc.lock"), *sorted(Path().glob("*/dvc.lock"))]:
+        if path.is_file():
+            prefix = "" if path.parent == Path() else f"{path.parent.as_posix()}/dvc.yaml:"
+            document = parse_yaml(path.read_text()) or {}
+            stages.update({prefix + name: stage
+                           for name, stage in document.get("stages", {}).items()})
+    return stages
+
+
 def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
@@ -356,7 +370,7 @@ def current_targets(lock: dict[str, Any], stale: set[str]) -> list[str]:
 def pull(targets: list[str] | None = None, remote: str | None = None,
          endpoint_url: str | None = None) -> None:
     """``dvc pull``, then ``snakemake --touch`` for every stage that is current, with all it is
-    built from, against dvc.lock.
+    built from, against dvc.lock (and paper/dvc.lock).
 
     ``remote`` is a configured remote's name or a URL pulled read-only (:func:`remote_to_pull`;
     ``endpoint_url``: an S3-compatible store's); default: the default remote. ``targets`` are
@@ -373,12 +387,15 @@ def pull(targets: list[str] | None = None, remote: str | None = None,
             f"dvc pull from remote {name!r} exited with {err.returncode}; DVC's message above "
             "names the cause (an unreachable URL, missing credentials, or, with verify = true, "
             "a corrupted object: docs/remotes.md, 'Repairing the remote')") from None
-    stale = stale_stages()
-    lock_path = Path("dvc.lock")
-    lock = parse_yaml(lock_path.read_text()) if lock_path.exists() else {}
+    locked = locked_stages()
+    lock = {"stages": locked}
+    # a pipeline of its own (paper/dvc.yaml) that neither ran here nor was pulled is not built,
+    # not stale: `make paper` builds it
+    stale = {name: change for name, change in stale_stages().items()
+             if name in locked or ":" not in name}
     current = current_targets(lock, set(stale))
     for name in stale:  # outputs of stale stages: older than any input, so Snakemake reruns them
-        for out in lock.get("stages", {}).get(name, {}).get("outs", []):
+        for out in locked.get(name, {}).get("outs", []):
             path = Path(out["path"])
             for file in ([path] if path.is_file() else path.rglob("*") if path.is_dir() else []):
                 os.utime(file, (OLDEST, OLDEST))

@@ -22,8 +22,14 @@ from ..io import atomic_write_text
 from ..plotting.markdown import write_table
 from . import benchmark, paper_plots, search, tables
 from .catalog import PAPER_DEVICE_TABLES
-from .paper_tables import (cost_vs_size, energy, front_rows, kendall_pairs, measured_tau,
-                           surrogate_quality)
+from .paper_tables import (
+    cost_vs_size,
+    energy,
+    front_rows,
+    kendall_pairs,
+    measured_tau,
+    surrogate_quality,
+)
 
 log = logging.getLogger(__name__)
 
