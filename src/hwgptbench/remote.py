@@ -333,6 +333,21 @@ def locked_stages() -> dict[str, Any]:
     return stages
 
 
+def default_targets() -> list[str]:
+    """What a pull without targets fetches: every DVC file of the checkout (tracked or not yet
+    committed) but the pipelines of their own (``paper/dvc.yaml``) that have no lock here, which
+    never ran and hold nothing to pull (DVC would fail to check their outputs out)."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "--", "*.dvc",
+                             "dvc.yaml", "*/dvc.yaml"], text=True, capture_output=True,
+                            check=False)
+    if listed.returncode != 0:  # not a git checkout: DVC's own default
+        return []
+    files = [Path(line) for line in listed.stdout.splitlines()]
+    return [str(path) for path in files
+            if path.name != "dvc.yaml" or path.parent == Path()
+            or (path.parent / "dvc.lock").is_file()]
+
+
 def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
@@ -374,11 +389,11 @@ def pull(targets: list[str] | None = None, remote: str | None = None,
 
     ``remote`` is a configured remote's name or a URL pulled read-only (:func:`remote_to_pull`;
     ``endpoint_url``: an S3-compatible store's); default: the default remote. ``targets`` are
-    stage names. A stage that does not match the current params or code (nor anything
+    stage names or DVC files (default: :func:`default_targets`). A stage that does not match the current params or code (nor anything
     downstream of one) is not touched, so Snakemake and DVC both still report it;
     :class:`StaleResultsError` then names it.
     """
-    targets = list(targets or [])
+    targets = list(targets or default_targets())
     name = remote_to_pull(remote, endpoint_url)
     try:
         _run([_tool("dvc"), "pull", "--remote", name, *targets])

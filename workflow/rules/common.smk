@@ -156,6 +156,12 @@ def table_output(name):
                   category="Tables", subcategory="{scale}")
 
 
+def paper_report(path, caption, subcategory):
+    """A file of the paper as an item of its report (caption workflow/report/{caption}.rst)."""
+    return report(path, caption=f"{CAPTIONS}/{caption}.rst", category="Paper",
+                  subcategory=subcategory)
+
+
 def compress_params(*entries):
     """The params files of the given compress entries (results/.params/compress.{entry}.json)."""
     return [PARAMS[f"compress.{entry}"] for entry in entries]

@@ -33,12 +33,6 @@ if _missing:
                         f"{PAPER['search_scale']} (shipped: {', '.join(_shipped_devices)})")
 
 
-def paper_report(path, caption, subcategory):
-    """A file of the paper as an item of its report (caption workflow/report/{caption}.rst)."""
-    return report(path, caption=f"{CAPTIONS}/{caption}.rst", category="Paper",
-                  subcategory=subcategory)
-
-
 rule paper_surrogates:
     """The surrogates of a scale's shipped tables, fitted once under results/paper/published/."""
     output:

@@ -91,7 +91,8 @@ def pareto_fronts(perplexity: pl.DataFrame, measurements: pl.DataFrame, out_stem
         x, y = part[metric].to_numpy(), part["perplexity"].to_numpy()
         ax.scatter(x, y, s=9, color=CLOUD_COLOR, linewidths=0, zorder=2)
         n_front = _draw_front(ax, x, y)
-        ax.set_title(f"{device}\n{condition}: {n_front} of {len(part)} on the front")
+        ax.set_title(f"{device}\n{condition}\n{n_front} of {len(part)} on the front",
+                     fontsize=8)
         ax.set_xlabel(metric_label(metric))
         ax.set_ylabel(label)
     for ax in axes.flat[len(panels):]:

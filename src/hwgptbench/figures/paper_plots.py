@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import polars as pl
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from ..plotting.style import (
     DOUBLE_WIDTH,
@@ -42,6 +43,8 @@ def cost_vs_size(measurements: pl.DataFrame, out_stem: PathLike) -> list[Path]:
                        linewidths=0, alpha=0.7, label=column)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("parameters (millions)")
         ax.set_ylabel(metric_label(metric))
     fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="outside lower center",
