@@ -389,9 +389,9 @@ def pull(targets: list[str] | None = None, remote: str | None = None,
 
     ``remote`` is a configured remote's name or a URL pulled read-only (:func:`remote_to_pull`;
     ``endpoint_url``: an S3-compatible store's); default: the default remote. ``targets`` are
-    stage names or DVC files (default: :func:`default_targets`). A stage that does not match the current params or code (nor anything
-    downstream of one) is not touched, so Snakemake and DVC both still report it;
-    :class:`StaleResultsError` then names it.
+    stage names or DVC files (default: :func:`default_targets`). A stage that does not match
+    the current params or code (nor anything downstream of one) is not touched, so Snakemake
+    and DVC both still report it; :class:`StaleResultsError` then names it.
     """
     targets = list(targets or default_targets())
     name = remote_to_pull(remote, endpoint_url)
