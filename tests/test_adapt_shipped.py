@@ -16,10 +16,10 @@ import yaml
 
 from conftest import REPO_ROOT
 from hwgptbench import cli, layout, published
+from hwgptbench.adaptation.targets import TransferError
 from hwgptbench.api import Benchmark, QueryError
 from hwgptbench.compat import HWGPT
 from hwgptbench.transfer.adapt import adaptation_space, candidate_archs
-from hwgptbench.transfer.targets import TransferError
 
 SHIPPED_CPU = "cpu-amd-epyc-1t"
 CONDITION = "b1-t128-fp32-eager"

@@ -19,6 +19,7 @@ import yaml
 
 from conftest import REPO_ROOT, surrogate_settings
 from hwgptbench import Benchmark, params
+from hwgptbench.adaptation.targets import long_table
 from hwgptbench.api import QueryError
 from hwgptbench.measure import stage
 from hwgptbench.meters import campaign
@@ -27,7 +28,6 @@ from hwgptbench.metrics import measurement_frame
 from hwgptbench.predictors import fitting
 from hwgptbench.space import SearchSpace
 from hwgptbench.surrogate.stage import merge_quality
-from hwgptbench.transfer.targets import long_table
 from test_measurements import SPACE, _section
 
 

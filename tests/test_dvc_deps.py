@@ -41,6 +41,7 @@ SUBCOMMAND = re.compile(r"\bhwgptbench ([a-z][a-z0-9-]*)")
 # is followed into them function by function (:func:`handler_modules`)
 REGISTRIES = {f"{PACKAGE}.cli", f"{PACKAGE}.commands", f"{PACKAGE}.compress.stage", *(
     f"{PACKAGE}.{path.parent.name}.commands" for path in SRC.glob(f"{PACKAGE}/*/commands.py"))}
+NAMED_MODULE = re.compile(rf"{PACKAGE}(\.\w+)+(:\w+)?")
 PARAMS_FILE = re.compile(r"results/\.params/([A-Za-z0-9_.]+)\.json")
 # the paper's own search settings: paper.search written as the section `search` that the
 # search commands read (workflow/rules/paper.smk); DVC tracks it as params `paper`
@@ -138,10 +139,14 @@ def closure(modules: set[str]) -> set[str]:
 
 def dynamic_imports(module: str, tree: ast.Module) -> set[str]:
     """Package modules a module may load by name rather than by an import statement: every
-    submodule of a package that imports ``f"{__name__}.{...}"`` (the search algorithms).
-    tests/test_workflow.py checks the closure against the modules the workflow's commands
-    really load (their import traces)."""
-    found: set[str] = set()
+    submodule of a package that imports ``f"{__name__}.{...}"`` (the search algorithms), and
+    every module a string names (``"hwgptbench.predictors.mlp"``, ``"module:function"``: the
+    surrogate families, a metric's meter). tests/test_workflow.py checks the closure against
+    the modules the workflow's commands really load (their import traces)."""
+    found: set[str] = {
+        node.value.partition(":")[0] for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        and NAMED_MODULE.fullmatch(node.value) and module_file(node.value.partition(":")[0])}
     is_package = module_file(module).name == "__init__.py"  # type: ignore[union-attr]
     for node in ast.walk(tree):
         if (is_package and isinstance(node, ast.JoinedStr) and node.values

@@ -5,6 +5,7 @@ command line (``cli.py``) is the one module that assembles the stages."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import hwgptbench
@@ -12,13 +13,16 @@ import hwgptbench
 PACKAGE = Path(hwgptbench.__file__).parent
 # packages under the stages: what several stages use (docs/architecture.md)
 FOUNDATIONS = {"model", "meters", "training", "tokens", "evaluation", "predictors", "moo",
-               "plotting", "published", "settings"}
+               "plotting", "published", "settings", "adaptation"}
 ASSEMBLERS = {"cli.py"}  # imports every stage's `commands` to build the parser
 
 
 def imported_modules(path: Path, root: Path) -> list[tuple[int, str]]:
     """(line, absolute module) of every import in ``path`` (function-level ones included), the
-    names of ``from X import name`` counted as modules ``X.name`` too (a name may be one)."""
+    names of ``from X import name`` counted as modules ``X.name`` too (a name may be one), and
+    every string that names a module of the package (``"pkg.stage.module"`` or
+    ``"pkg.module:function"``: a registry that imports it by name, such as the surrogate
+    families of ``predictors/store.py``)."""
     parts = list(path.relative_to(root.parent).with_suffix("").parts)
     package = parts if parts[-1] == "__init__" else parts[:-1]
     package = [p for p in package if p != "__init__"]
@@ -31,6 +35,9 @@ def imported_modules(path: Path, root: Path) -> list[tuple[int, str]]:
             module = ".".join(base + ([node.module] if node.module else []))
             found.append((node.lineno, module))
             found += [(node.lineno, f"{module}.{alias.name}") for alias in node.names]
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and re.fullmatch(rf"{root.name}(\.\w+)+(:\w+)?", node.value)):
+            found.append((node.lineno, node.value.partition(":")[0]))
     return found
 
 
@@ -72,8 +79,11 @@ def test_a_stage_importing_another_is_named(tmp_path: Path) -> None:
     (root / "alpha" / "run.py").write_text("from ..base import util\n\n\ndef f():\n"
                                            "    from ..beta.stage import go\n")
     (root / "base" / "util.py").write_text("from ..alpha import run\n")
+    (root / "base" / "registry.py").write_text('FAMILIES = {"x": ("pkg.beta.model", "X")}\n')
     assert layer_violations(root, {"base"}) == [
         "pkg/alpha/run.py:5: stage alpha imports pkg.beta (a stage): move what it needs into a "
         "foundation, or read that stage's output file",
+        "pkg/base/registry.py:1: foundation base imports pkg.beta (a stage): move what it "
+        "needs into a foundation, or read that stage's output file",
         "pkg/base/util.py:1: foundation base imports pkg.alpha (a stage): move what it needs "
         "into a foundation, or read that stage's output file"]

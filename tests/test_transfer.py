@@ -15,6 +15,9 @@ import yaml
 
 from conftest import REPO_ROOT, make_project, run
 from hwgptbench import Benchmark, cli, params
+from hwgptbench.adaptation.methods import METHODS, make_method, method_from_state
+from hwgptbench.adaptation.sources import condition_features, cross_fitted
+from hwgptbench.adaptation.targets import Profiles, TransferError, long_table
 from hwgptbench.figures.transfer import shipped_targets, transfer_quality, transfer_table
 from hwgptbench.predictors.features import analytic_counts
 from hwgptbench.predictors.quality import fold_indices
@@ -34,10 +37,7 @@ from hwgptbench.transfer.evaluate import (
     source_indices,
     summarize,
 )
-from hwgptbench.transfer.methods import METHODS, make_method, method_from_state
 from hwgptbench.transfer.selection import SelectionError, select
-from hwgptbench.transfer.sources import condition_features, cross_fitted
-from hwgptbench.transfer.targets import Profiles, TransferError, long_table
 
 CONFIG = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
 SPACE = SearchSpace.from_dict("tiny", CONFIG["spaces"]["tiny"])

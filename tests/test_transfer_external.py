@@ -14,10 +14,10 @@ import polars as pl
 import pytest
 import torch
 
+from hwgptbench.adaptation.methods import METHODS, make_method
 from hwgptbench.transfer import external, external_eval
 from hwgptbench.transfer.evaluate import BASELINES, adapt_predictions, baseline_predictions, scores
 from hwgptbench.transfer.external import ExternalDataError, Split
-from hwgptbench.transfer.methods import METHODS, make_method
 
 N_ARCHS = 80
 

@@ -56,7 +56,7 @@ FAMILIES = {
     "mlp_ensemble": ("hwgptbench.predictors.mlp", "MLPEnsembleSurrogate"),
     "linear": ("hwgptbench.predictors.linear", "LinearSurrogate"),
     "blend": ("hwgptbench.predictors.blend", "BlendSurrogate"),  # mean of the others
-    "adapted": ("hwgptbench.transfer.model", "AdaptedSurrogate"),  # `hwgptbench adapt`
+    "adapted": ("hwgptbench.adaptation.model", "AdaptedSurrogate"),  # `hwgptbench adapt`
 }
 
 

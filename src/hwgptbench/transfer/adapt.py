@@ -29,6 +29,10 @@ import polars as pl
 from tqdm import tqdm
 
 from .. import layout, published
+from ..adaptation.methods import make_method
+from ..adaptation.model import AdaptedSurrogate
+from ..adaptation.sources import fit_sources
+from ..adaptation.targets import Profiles, TransferError, long_table, targets_of
 from ..api import ADAPTED_SUMMARY
 from ..io import canonical_json, write_parquet
 from ..meters.campaign import conditions, measure_rows
@@ -42,11 +46,7 @@ from ..settings.sections import MeasureSettings, TransferSettings
 from ..space import Arch, SearchSpace, read_archs
 from .evaluate import scores
 from .measurements import REQUIRED, check_measurements, read_measurements
-from .methods import make_method
-from .model import AdaptedSurrogate
 from .selection import select
-from .sources import fit_sources
-from .targets import Profiles, TransferError, long_table, targets_of
 
 log = logging.getLogger(__name__)
 

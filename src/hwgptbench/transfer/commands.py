@@ -237,7 +237,7 @@ def register(add: Add) -> None:
     command.add_argument("--validate", type=validation_archs, default=0,
                          help="archs to validate on, 2 or more: measured here besides the k "
                               "(or rows of --measurements beyond the k); default: none")
-    command.add_argument("--method", type=one_of("hwgptbench.transfer.methods", "METHODS"),
+    command.add_argument("--method", type=one_of("hwgptbench.adaptation.methods", "METHODS"),
                          help="adaptation method (default: transfer.method; docs/transfer.md)")
     command.add_argument("--selection",
                          type=one_of("hwgptbench.transfer.selection", "SELECTIONS"),

@@ -36,12 +36,12 @@ from scipy import stats
 from tqdm import tqdm
 
 from .. import published
+from ..adaptation.methods import Design, Method, gpt_linear, make_method
+from ..adaptation.sources import condition_features, cross_fitted
+from ..adaptation.targets import TARGET_KEYS, Profiles, Target, hardware_of, long_table
 from ..settings.sections import TransferSettings
 from ..space import Arch, SearchSpace
-from .methods import Design, Method, gpt_linear, make_method
 from .selection import select
-from .sources import condition_features, cross_fitted
-from .targets import TARGET_KEYS, Profiles, Target, hardware_of, long_table
 
 log = logging.getLogger(__name__)
 

@@ -299,7 +299,7 @@ GPT_FEATURES = ("n_layer", "log_embed_dim", "log_heads", "log_mlp_width", "bias"
 
 def gpt_features(arch_ids: Sequence[str]) -> np.ndarray:
     """Analytic features of GPT archs (``GPT_FEATURES``) from their ids (the evaluation adds
-    log FLOPs and log parameters, as :func:`hwgptbench.transfer.methods.gpt_linear` has)."""
+    log FLOPs and log parameters, as :func:`hwgptbench.adaptation.methods.gpt_linear` has)."""
     archs = [Arch.from_id(a) for a in arch_ids]
     return np.column_stack([
         [a.n_layer for a in archs],

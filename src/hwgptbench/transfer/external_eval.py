@@ -19,10 +19,10 @@ import polars as pl
 from scipy import stats
 from tqdm import tqdm
 
+from ..adaptation.methods import METHODS, Design, Structure, make_method
+from ..adaptation.sources import train_booster
 from .evaluate import BASELINES, Case, adapt_predictions, baseline_predictions, scores
 from .external import DeviceTable, ExternalSet, Split, device_of
-from .methods import METHODS, Design, Structure, make_method
-from .sources import train_booster
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from ..adaptation.methods import METHODS
 from . import external, external_eval
 from .evaluate import BASELINES
-from .methods import METHODS
 
 log = logging.getLogger(__name__)
 

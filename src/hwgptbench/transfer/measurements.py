@@ -13,6 +13,7 @@ from typing import Any
 
 import polars as pl
 
+from ..adaptation.targets import TransferError
 from ..io import CorruptFileError, read_outside_parquet
 from ..meters.condition import (
     ATTENTIONS,
@@ -27,7 +28,6 @@ from ..meters.condition import (
 from ..metrics import METRICS, Metric
 from ..params import schema_file
 from ..space import SearchSpace
-from .targets import TransferError
 
 REQUIRED = ("arch_id", "batch_size", "seq_len", "dtype")
 TEXT = {"arch_id": None, "dtype": DTYPE_NAMES, "launch": LAUNCHES, "workload": WORKLOADS,

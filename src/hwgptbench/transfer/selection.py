@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .targets import TransferError
+from ..adaptation.targets import TransferError
 
 SELECTIONS = ("designed", "random")
 
