@@ -5,6 +5,7 @@ dvc), and local servers (a moto S3 server) for the remote tests."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import socket
@@ -13,6 +14,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,12 +68,52 @@ def tool_env() -> dict[str, str]:
     return env
 
 
-def run(args: list[str], cwd: Path, check: bool = True, timeout: int = 600,
+# The time limits of what the tests spawn are derived from measured baselines, not fixed: a
+# command's limit is its baseline (seconds on the quiet 2-vCPU VM of docs/workflow.md) times
+# MARGIN, times how much slower this machine is now than that VM (`slowness`: a fixed
+# single-threaded workload timed once per process against CALIBRATION_S, its time there), so
+# that a machine twice as slow, or as loaded, still passes with the same margin.
+# the workload's time on the reference VM: 0.30-0.33 s quiet (median 0.32 of 5, 2026-11-27);
+# 0.63 s beside three processes spinning on its 2 cores
+CALIBRATION_S = 0.32
+MARGIN = 3.0
+DEFAULT_BASELINE_S = 200.0  # a command without its own baseline: the tiny `dvc repro` (~170 s)
+
+
+def _calibration_workload() -> None:
+    """Pure-Python arithmetic, one thread: how fast a core is, and how shared."""
+    total = 0
+    for i in range(6_000_000):
+        total += i * i % 7
+    assert total > 0
+
+
+def slowness_of(took_s: float, reference_s: float) -> float:
+    """How much slower a machine that took ``took_s`` is than one that took ``reference_s``
+    (at least 1: a faster machine keeps the reference limits)."""
+    return max(1.0, took_s / reference_s)
+
+
+@cache
+def slowness() -> float:
+    """This machine's slowness now: the calibration workload timed once per process."""
+    start = time.perf_counter()
+    _calibration_workload()
+    return slowness_of(time.perf_counter() - start, CALIBRATION_S)
+
+
+def limit(baseline_s: float) -> int:
+    """The time limit (s) of something that took ``baseline_s`` on the reference VM."""
+    return math.ceil(baseline_s * MARGIN * slowness())
+
+
+def run(args: list[str], cwd: Path, check: bool = True,
+        baseline_s: float = DEFAULT_BASELINE_S,
         env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run a command (in ``env``, default :func:`tool_env`); on an unexpected exit show its
-    output in the assertion."""
+    """Run a command (in ``env``, default :func:`tool_env`) within :func:`limit` of its
+    ``baseline_s``; on an unexpected exit show its output in the assertion."""
     result = subprocess.run(args, cwd=cwd, env=dict(env) if env is not None else tool_env(),
-                            text=True, capture_output=True, timeout=timeout)
+                            text=True, capture_output=True, timeout=limit(baseline_s))
     if check and result.returncode != 0:
         raise AssertionError(f"{' '.join(args)} exited {result.returncode}\n"
                              f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}")
@@ -267,10 +309,21 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 LONG_MODULES = ("test_workflow.py", "test_runtime.py", "test_types.py", "test_measurements.py")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Long modules first, each in its own order; the rest as collected."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Long modules first, each in its own order; the rest as collected. Every test's own limit
+    (pytest-timeout's, from pyproject.toml or its marker) grows with this machine's
+    :func:`slowness` as the spawned commands' limits do."""
     def rank(item: pytest.Item) -> int:
         name = item.path.name
         return LONG_MODULES.index(name) if name in LONG_MODULES else len(LONG_MODULES)
 
     items.sort(key=rank)
+    try:
+        default = float(config.getini("timeout") or 0)
+    except ValueError:  # pytest-timeout not loaded (-p no:timeout): no limits to scale
+        return
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        seconds = float(marker.args[0]) if marker and marker.args else default
+        if seconds > 0:
+            item.add_marker(pytest.mark.timeout(math.ceil(seconds * slowness())), append=False)
