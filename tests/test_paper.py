@@ -163,5 +163,5 @@ def test_pull_reads_the_paper_lock_under_its_dvc_status_address(tmp_path: Path,
     monkeypatch.chdir(tmp_path)
     locked = locked_stages()
     assert set(locked) == {"data", "paper/dvc.yaml:paper"}
-    assert current_targets({"stages": locked}, set()) == ["data", "paper"]
-    assert current_targets({"stages": locked}, {"paper/dvc.yaml:paper"}) == ["data"]
+    assert current_targets(locked, set()) == ["data", "paper"]
+    assert current_targets(locked, {"paper/dvc.yaml:paper"}) == ["data"]

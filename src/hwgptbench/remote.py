@@ -352,14 +352,14 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def current_targets(lock: dict[str, Any], stale: set[str]) -> list[str]:
-    """Snakemake targets of the locked stages that are current with all their upstream stages.
+def current_targets(stages: Mapping[str, Any], stale: set[str]) -> list[str]:
+    """Snakemake targets of the locked stages (:func:`locked_stages`) that are current with all
+    their upstream stages.
 
     A stage is upstream of another when one of its outputs is (or holds) a dependency of the
     other. Only such targets may be touched: touching a target also marks everything it is
     built from as up to date in Snakemake.
     """
-    stages = lock.get("stages", {})
     outs = {name: [o["path"] for o in stage.get("outs", [])] for name, stage in stages.items()}
 
     def upstream(name: str) -> set[str]:
@@ -403,12 +403,11 @@ def pull(targets: list[str] | None = None, remote: str | None = None,
             "names the cause (an unreachable URL, missing credentials, or, with verify = true, "
             "a corrupted object: docs/remotes.md, 'Repairing the remote')") from None
     locked = locked_stages()
-    lock = {"stages": locked}
     # a pipeline of its own (paper/dvc.yaml) that neither ran here nor was pulled is not built,
     # not stale: `make paper` builds it
     stale = {name: change for name, change in stale_stages().items()
              if name in locked or ":" not in name}
-    current = current_targets(lock, set(stale))
+    current = current_targets(locked, set(stale))
     for name in stale:  # outputs of stale stages: older than any input, so Snakemake reruns them
         for out in locked.get(name, {}).get("outs", []):
             path = Path(out["path"])

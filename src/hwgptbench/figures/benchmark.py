@@ -104,13 +104,17 @@ def pareto_fronts(perplexity: pl.DataFrame, measurements: pl.DataFrame, out_stem
     return save(fig, out_stem)
 
 
-def _kendall_matrix(table: pl.DataFrame, metric: str) -> tuple[list[str], np.ndarray,
-                                                                  np.ndarray]:
-    """Column labels, Kendall tau and shared-arch counts between every two (device, condition)
-    columns of metric."""
-    wide = (table.with_columns(column=pl.format("{}\n{}", "device", "condition"))
+def metric_columns(table: pl.DataFrame, metric: str, separator: str = "\n") -> pl.DataFrame:
+    """The metric of every (device, condition) of ``table`` as one column each, labelled
+    ``{device}{separator}{condition}``, one row per arch."""
+    return (table.with_columns(column=pl.format(f"{{}}{separator}{{}}", "device", "condition"))
             .drop_nulls(metric)
             .pivot(on="column", index="arch_id", values=metric, aggregate_function="mean"))
+
+
+def kendall_matrix(wide: pl.DataFrame) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Column labels, Kendall tau and shared-arch counts between every two columns of
+    ``wide`` (one row per arch; tau where they share two archs or more)."""
     labels = [c for c in wide.columns if c != "arch_id"]
     values = wide.select(labels).to_numpy().astype(float)
     n = len(labels)
@@ -132,7 +136,7 @@ def device_correlation(measurements: pl.DataFrame, out_stem: PathLike,
     table = measured(measurements)
     if not _has_values(table, metric, "device_correlation"):
         return []
-    labels, tau, shared = _kendall_matrix(table, metric)
+    labels, tau, shared = kendall_matrix(metric_columns(table, metric))
     n = len(labels)
     size = min(DOUBLE_WIDTH - 1.0, 1.6 + 0.8 * n)
     fig = new_figure(size + 1.0, size)

@@ -34,7 +34,6 @@ from .paper_tables import (
 log = logging.getLogger(__name__)
 
 
-
 def _measurements(scale: str) -> pl.DataFrame:
     return pl.concat(list(published.device_tables(scale).values()), how="diagonal_relaxed")
 

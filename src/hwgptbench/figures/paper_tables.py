@@ -12,7 +12,7 @@ from scipy.stats import kendalltau, spearmanr
 
 from ..moo.hypervolume import pareto_mask
 from ..schema import fully_trained
-from .benchmark import measured
+from .benchmark import kendall_matrix, measured, metric_columns
 
 # The H100's NVML energy counter advances every 100.0 ms (measured, docs/measure.md): an NVML
 # window's energy was drawn over its whole counter periods, so its power divides by those.
@@ -88,8 +88,9 @@ def energy(scale: str, measurements: pl.DataFrame) -> pl.DataFrame:
                      "tau_energy_latency": _tau(part["energy_mj"].to_numpy(),
                                                 part["latency_ms"].to_numpy()),
                      "rho_energy_params": _rho(part["energy_mj"], part["params"])})
-    return pl.DataFrame(rows, infer_schema_length=None).sort("device", "condition") \
-        if rows else pl.DataFrame()
+    if not rows:
+        return pl.DataFrame()
+    return pl.DataFrame(rows, infer_schema_length=None).sort("device", "condition")
 
 
 def front_rows(scale: str, perplexity: pl.DataFrame, measurements: pl.DataFrame,
@@ -116,25 +117,14 @@ def front_rows(scale: str, perplexity: pl.DataFrame, measurements: pl.DataFrame,
     return pl.DataFrame(rows)
 
 
-def _columns(table: pl.DataFrame, metric: str) -> pl.DataFrame:
-    """The metric of every (device, condition) as one column per pair, one row per arch."""
-    return (table.drop_nulls(metric)
-            .with_columns(column=pl.format("{} {}", "device", "condition"))
-            .pivot(on="column", index="arch_id", values=metric, aggregate_function="mean"))
-
-
 def kendall_pairs(scale: str, wide: pl.DataFrame, metric: str, basis: str) -> pl.DataFrame:
     """Kendall τ between every two columns of ``wide`` (one row per arch) over the archs both
     hold (at least :data:`MIN_SHARED`); ``basis`` says what the values are."""
-    labels = [c for c in wide.columns if c != "arch_id"]
-    values = wide.select(labels).to_numpy().astype(float)
-    rows = []
-    for i, j in itertools.combinations(range(len(labels)), 2):
-        both = ~np.isnan(values[:, i]) & ~np.isnan(values[:, j])
-        if both.sum() >= MIN_SHARED:
-            rows.append({"scale": scale, "metric": metric, "basis": basis, "a": labels[i],
-                         "b": labels[j], "archs": int(both.sum()),
-                         "kendall_tau": _tau(values[both, i], values[both, j])})
+    labels, tau, shared = kendall_matrix(wide)
+    rows = [{"scale": scale, "metric": metric, "basis": basis, "a": labels[i], "b": labels[j],
+             "archs": int(shared[i, j]), "kendall_tau": float(tau[i, j])}
+            for i, j in itertools.combinations(range(len(labels)), 2)
+            if shared[i, j] >= MIN_SHARED]
     return pl.DataFrame(rows, schema={"scale": pl.String, "metric": pl.String,
                                       "basis": pl.String, "a": pl.String, "b": pl.String,
                                       "archs": pl.Int64, "kendall_tau": pl.Float64})
@@ -144,7 +134,7 @@ def measured_tau(scale: str, measurements: pl.DataFrame) -> pl.DataFrame:
     """Kendall τ of latency and of energy between every two shipped (device, condition)
     columns of a scale, over the archs measured in both."""
     ok = measured(measurements)
-    return pl.concat([kendall_pairs(scale, _columns(ok, metric), metric, "measured")
+    return pl.concat([kendall_pairs(scale, metric_columns(ok, metric, " "), metric, "measured")
                       for metric in ("latency_ms", "energy_mj")
                       if metric in ok.columns and ok[metric].is_not_null().any()])
 
