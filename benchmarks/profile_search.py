@@ -34,18 +34,19 @@ def main() -> None:
     import torch
 
     from hwgptbench import Benchmark, params
-    from hwgptbench.moo.algorithms import get_algorithm, options_of
+    from hwgptbench.moo.algorithms import get_algorithm
     from hwgptbench.moo.problem import make_problem
     from hwgptbench.moo.reference import compute_reference
     from hwgptbench.moo.runner import run
+    from hwgptbench.settings.sections import SearchSettings
 
     torch.set_num_threads(1)
-    config = params.load_overlaid(args.params, args.overlay)["search"]
+    config = SearchSettings.of(params.load_overlaid(args.params, args.overlay)["search"])
     bench = Benchmark.load("s", source="published")
-    problem = make_problem(bench, config["objective_sets"][args.objectives], bench.devices[0],
+    problem = make_problem(bench, config.objective_sets[args.objectives], bench.devices[0],
                            None)
     reference, _ = compute_reference(problem, args.reference_archs, 0)
-    options = options_of(args.algorithm, config["options"])
+    options = config.options
     get_algorithm(args.algorithm)  # its libraries imported before timing
     profile = cProfile.Profile()
     cpu = time.process_time()
@@ -53,7 +54,7 @@ def main() -> None:
     run(problem, reference, args.algorithm, args.budget, args.seed, options)
     profile.disable()
     print(f"{args.algorithm}, budget {args.budget}, {args.objectives} on {bench.devices[0]}, "
-          f"options {options}: {time.process_time() - cpu:.1f} CPU s")
+          f"options {options.of(args.algorithm)}: {time.process_time() - cpu:.1f} CPU s")
     pstats.Stats(profile).sort_stats("cumulative").print_stats(args.top)
 
 

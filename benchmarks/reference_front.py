@@ -20,11 +20,11 @@ import numpy as np
 import polars as pl
 
 from hwgptbench import Benchmark, params
-from hwgptbench.moo.algorithms import options_of
 from hwgptbench.moo.problem import make_problem
 from hwgptbench.moo.reference import compute_reference, scores
 from hwgptbench.moo.runner import run
 from hwgptbench.search.front import final_fronts
+from hwgptbench.settings.sections import SearchSettings
 
 
 def main() -> None:
@@ -42,10 +42,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--budget", type=int, default=100)
     args = parser.parse_args()
-    section = params.load(args.params)["search"]
+    section = SearchSettings.of(params.load(args.params)["search"])
     bench = Benchmark.load(args.scale, args.results, source=args.source)
     device = args.device or bench.devices[0]
-    metrics = section["objective_sets"][args.objectives]
+    metrics = section.objective_sets[args.objectives]
     problem = make_problem(bench, metrics, device, None)
 
     start = time.perf_counter()
@@ -57,7 +57,7 @@ def main() -> None:
     start = time.perf_counter()
     runs = pl.concat([
         run(problem, reference, algorithm, args.budget, seed,
-            options_of(algorithm, section["options"])).with_columns(
+            section.options).with_columns(
             objectives=pl.lit(args.objectives), device=pl.lit(device))
         for algorithm in args.algorithms for seed in range(args.seeds)])
     runs_s = time.perf_counter() - start

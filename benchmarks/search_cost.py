@@ -14,6 +14,7 @@ seeds (and at half the budget). Writes the numbers to --out as JSON too.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import time
@@ -24,11 +25,12 @@ import polars as pl
 import torch
 
 from hwgptbench import Benchmark, params
-from hwgptbench.moo.algorithms import get_algorithm, options_of
+from hwgptbench.moo.algorithms import get_algorithm
 from hwgptbench.moo.evaluator import Evaluator
 from hwgptbench.moo.problem import make_problem
 from hwgptbench.moo.reference import compute_reference
 from hwgptbench.moo.runner import execute, trajectory
+from hwgptbench.settings.sections import SearchOptions, SearchSettings
 
 
 @dataclass
@@ -43,7 +45,7 @@ class TimedEvaluator(Evaluator):
 
 
 def time_algorithm(problem, reference, name: str, budget: int, seeds: int,
-                   options: dict) -> tuple[float, float, list[float], list[float]]:
+                   options: SearchOptions) -> tuple[float, float, list[float], list[float]]:
     """(total seconds of all seeds, mean seconds per suggestion over the last 10 calls,
     final hypervolume of each seed, hypervolume at half the budget of each seed)."""
     get_algorithm(name)  # import its library before timing
@@ -73,23 +75,23 @@ def main() -> None:
     parser.add_argument("--algorithms", nargs="*", default=None)
     parser.add_argument("--out", default=None, help="also write the numbers here (JSON)")
     args = parser.parse_args()
-    section = params.load(args.params)["search"]
+    section = SearchSettings.of(params.load(args.params)["search"])
     bench = Benchmark.load(args.scale, args.results)
     device = bench.devices[0]
-    problem = make_problem(bench, section["objective_sets"][args.objectives], device,
-                           section["condition"])
-    reference = compute_reference(problem, section["reference_archs"],
-                                  section["reference_seed"])[0]
+    problem = make_problem(bench, section.objective_sets[args.objectives], device,
+                           dataclasses.asdict(section.condition))
+    reference = compute_reference(problem, section.reference_archs,
+                                  section.reference_seed)[0]
     for fidelity in problem.fidelities:  # build the lookup tables before timing
         problem.values(bench.sample(1, 0), fidelity)
-    names = args.algorithms or section["algorithms"]
+    names = args.algorithms or section.algorithms
     print(f"{args.objectives} on {device}, budget {args.budget}, "
           f"{torch.get_num_threads()} torch threads")
     results = {}
     for name in names:
         seeds = args.bo_seeds if name in ("rsbo", "lsbo", "ehvi") else args.seeds
         total, per_suggestion, final, half = time_algorithm(
-            problem, reference, name, args.budget, seeds, options_of(name, section["options"]))
+            problem, reference, name, args.budget, seeds, section.options)
         results[name] = {"seeds": seeds, "total_s": round(total, 3),
                          "s_per_suggestion_at_end": round(per_suggestion, 4),
                          "hv_final_mean": float(np.mean(final)),

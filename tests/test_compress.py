@@ -25,9 +25,10 @@ from hwgptbench.evaluation.tasks import build_cloze
 from hwgptbench.model.dense import load_dense
 from hwgptbench.settings.build import build
 from hwgptbench.settings.compress import ImportanceSettings, SubnetSearchSettings, TimingSettings
+from hwgptbench.settings.sections import TrainingSettings
 from hwgptbench.space import SearchSpace
 from hwgptbench.tokens.shards import TokenShards
-from hwgptbench.training.train import TrainConfig, WindowSampler, load_supernet
+from hwgptbench.training.train import WindowSampler, load_supernet
 
 SECTION = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["compress"]
 SPACE = SECTION["space"] | {"embed_dim": [32], "n_layer": [1, 2], "n_head": [2, 4],
@@ -36,8 +37,8 @@ TIMING = build(TimingSettings, SECTION["timing"] | {
     "seq_len": 32, "warmup": 1, "min_repeats": 2, "max_repeats": 3, "max_seconds": 0.01})
 
 
-def training(steps: int, **changes: object) -> TrainConfig:
-    return TrainConfig.from_params(SECTION["finetune"] | {
+def training(steps: int, **changes: object) -> TrainingSettings:
+    return build(TrainingSettings, SECTION["finetune"] | {
         "steps": steps, "batch_size": 2, "checkpoint_every": 1, "warmup_steps": 1,
         "device": "cpu"} | changes)
 

@@ -13,14 +13,16 @@ from hwgptbench.compress.baselines import input_norms, nonzero_params, param_cou
 from hwgptbench.compress.figures import search_edge
 from hwgptbench.compress.recovery import recover
 from hwgptbench.compress.table import BaselinePlan
-from hwgptbench.training.train import TrainConfig, WindowSampler
+from hwgptbench.settings.sections import TrainingSettings
+from hwgptbench.training.train import WindowSampler
 from test_compress_baselines import VOCAB, calibration, supernet_of
 
 
-def config(steps: int = 3, lr: float = 1e-2, seed: int = 0) -> TrainConfig:
-    return TrainConfig(steps=steps, batch_size=2, random_subnets=0, lr=lr, betas=(0.9, 0.98),
-                       weight_decay=0.1, warmup_steps=1, min_lr_ratio=0.1, grad_clip=1.0,
-                       checkpoint_every=1, device="cpu", seed=seed)
+def config(steps: int = 3, lr: float = 1e-2, seed: int = 0) -> TrainingSettings:
+    return TrainingSettings(steps=steps, batch_size=2, random_subnets=0, lr=lr,
+                            betas=(0.9, 0.98), weight_decay=0.1, warmup_steps=1,
+                            min_lr_ratio=0.1, grad_clip=1.0, checkpoint_every=1, device="cpu",
+                            seed=seed, snapshots=(), processes=1)
 
 
 def sampler() -> WindowSampler:

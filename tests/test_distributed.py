@@ -17,6 +17,7 @@ import yaml
 
 from conftest import BIN, REPO_ROOT, make_project, run
 from hwgptbench import params
+from hwgptbench.settings.sections import SupernetSettings
 from hwgptbench.space import SearchSpace
 from hwgptbench.tokens.shards import TokenShards
 from hwgptbench.training import train
@@ -57,7 +58,7 @@ def test_two_ranks_train_what_one_process_trains(shakespeare: Path, tmp_path: Pa
     assert torch.load(tmp_path / "work" / "checkpoint.pt", weights_only=False)["step"] == 4
 
     # the same params in one process: warns that it is not supernet.processes, same result
-    cfg = train.TrainConfig.from_params(doc["supernet"])
+    cfg = SupernetSettings.of(doc["supernet"])
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="hwgptbench.training.train"):
         train.train(cfg, TINY, TokenShards.open(shakespeare), tmp_path / "one",
@@ -84,7 +85,7 @@ def test_two_ranks_train_what_one_process_trains(shakespeare: Path, tmp_path: Pa
 
 
 def test_checkpoint_resumes_under_another_process_count(shakespeare: Path) -> None:
-    cfg = train.TrainConfig.from_params(_params(SUPERNET)["supernet"])
+    cfg = SupernetSettings.of(_params(SUPERNET)["supernet"])
     shards = TokenShards.open(shakespeare)
     assert (train.run_fingerprint(cfg, TINY, shards)
             == train.run_fingerprint(replace(cfg, processes=1), TINY, shards))
@@ -114,7 +115,7 @@ def test_batch_size_must_divide_over_processes(batch_size: int, processes: int, 
         params.validate(doc)
     assert expected in str(info.value)
     with pytest.raises(params.ParamsError, match="supernet.processes"):
-        train.TrainConfig.from_params(doc["supernet"])
+        SupernetSettings.of(doc["supernet"])
     assert params.validate(_params({"batch_size": 8, "processes": 4}))
 
 

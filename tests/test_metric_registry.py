@@ -5,6 +5,7 @@ algorithm in hwgptbench.search_algorithms, with its options, is what the params 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from hwgptbench.metrics import (
 )
 from hwgptbench.plotting.style import metric_label
 from hwgptbench.predictors.fitting import fit_device
-from hwgptbench.settings.sections import MeasureSettings
+from hwgptbench.settings.sections import MeasureSettings, SearchOptions, SearchSettings
 from hwgptbench.space import SearchSpace
 
 SPACE = SearchSpace.from_dict("small", {
@@ -119,17 +120,22 @@ def test_a_search_algorithm_is_declared_once(monkeypatch: pytest.MonkeyPatch) ->
     from hwgptbench import search_algorithms as declared
     from hwgptbench.moo import algorithms
 
-    toy = declared.Algorithm("local_search", "local_search", "toy")
+    @dataclasses.dataclass(frozen=True)
+    class ToyOptions:
+        """A toy's options."""
+
+        initial: int = declared.option(7, minimum=1)
+
+    toy = declared.Algorithm("local_search", "local_search", "toy", ToyOptions)
     monkeypatch.setitem(declared.ALGORITHMS, "toy", toy)
-    monkeypatch.setitem(declared.OPTIONS, "toy", {
-        "type": "object", "additionalProperties": False,
-        "properties": {"initial": {"type": "integer", "minimum": 1}}})
     doc = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
     doc["search"]["algorithms"] = ["nsga2", "toy"]
     doc["search"]["options"]["toy"] = {"initial": 3}
     params.validate(copy.deepcopy(doc))
     assert algorithms.get_algorithm("toy") is algorithms.get_algorithm("ls")
-    assert algorithms.options_of("toy", doc["search"]["options"]) == {"initial": 3}
+    options = SearchSettings.of(doc["search"]).options
+    assert options.of("toy") == ToyOptions(initial=3)
+    assert SearchOptions().of("toy") == ToyOptions(initial=7)  # the default, written once
     doc["search"]["options"]["toy"] = {"initial": 0}
     with pytest.raises(params.ParamsError, match=r"search\.options\.toy\.initial: 0"):
         params.validate(doc)

@@ -14,10 +14,12 @@ from hwgptbench.moo.evaluator import BudgetExhausted, Evaluator
 from hwgptbench.moo.genome import Genome
 from hwgptbench.moo.hypervolume import hypervolume, pareto_mask
 from hwgptbench.moo.reference import Reference
+from hwgptbench.search_algorithms import BOOptions
+from hwgptbench.settings.sections import SearchOptions
 from hwgptbench.space import Arch, SearchSpace
 
 METHODS = ["rsbo", "lsbo", "ehvi"]
-OPTIONS = {"initial": 5, "candidates": 200}
+OPTIONS = BOOptions(initial=5, candidates=200)
 SPACE = SearchSpace.from_dict("test", {
     "embed_dim": [64, 96, 128], "n_layer": [1, 2, 3], "n_head": [2, 4], "mlp_ratio": [2, 3, 4],
     "bias": [True, False], "head_size": 16, "block_size": 128, "rotary_fraction": 0.5})
@@ -66,9 +68,9 @@ def reference(problem: AnalyticProblem) -> Reference:
 
 
 def search(problem: AnalyticProblem, method: str, budget: int, seed: int = 0,
-           options: dict | None = None):
+           options: BOOptions | None = None):
     return runner.run(problem, reference(problem), method, budget, seed,
-                      dict(OPTIONS if options is None else options))
+                      SearchOptions({"bo": OPTIONS if options is None else options}))
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -105,7 +107,7 @@ def test_independent_of_global_generators() -> None:
         np.random.seed(state)
         evaluate = Evaluator(problem, ref, 9.0)
         with pytest.raises(BudgetExhausted):
-            get_algorithm("rsbo")(evaluate, Genome(SPACE), 3, dict(OPTIONS))
+            get_algorithm("rsbo")(evaluate, Genome(SPACE), 3, OPTIONS)
         ids.append([r["arch"].id for r in evaluate.records])
     assert ids[0] == ids[1] and len(ids[0]) == 9
 
@@ -115,7 +117,7 @@ def test_exhausts_a_small_space_without_repeats(method: str) -> None:
     """The pool shrinks as archs are evaluated; every arch is evaluated once, then it stops."""
     problem = AnalyticProblem(TINY, ["error", "latency"])
     evaluate = Evaluator(problem, reference(problem), 100.0)
-    get_algorithm(method)(evaluate, Genome(TINY), 0, dict(OPTIONS))  # returns: nothing left
+    get_algorithm(method)(evaluate, Genome(TINY), 0, OPTIONS)  # returns: nothing left
     ids = [r["arch"].id for r in evaluate.records]
     assert sorted(ids) == sorted(a.id for a in TINY.all_archs())
 
@@ -128,8 +130,8 @@ def test_budget_below_initial_design() -> None:
 def test_nan_objectives_are_not_modelled() -> None:
     """Archs with a NaN objective count as evaluated but stay out of the GP."""
     problem = AnalyticProblem(SPACE, ["error", "latency"], nan=True)
-    table = search(problem, "lsbo", 12, options={"initial": 5, "candidates": 200,
-                                                 "refit_every": 2})
+    table = search(problem, "lsbo", 12, options=BOOptions(initial=5, candidates=200,
+                                                          refit_every=2))
     assert table.height == 12 and table["arch_id"].n_unique() == 12
 
 
@@ -232,7 +234,7 @@ def test_ehvi_is_the_expected_volume_beyond_the_reference_when_nothing_beats_it(
     Y = -1.15 - 0.3 * torch.stack([X[:, :2].sum(-1), X[:, 2:].sum(-1)], -1) / 2  # maximized
     model = PooledGP(X, Y, outcome_transform=Standardize(m=2)).eval()
     candidates = torch.rand(64, 1, 4, dtype=torch.float64, generator=generator)
-    scores = _hypervolume(model, X, Y, 0, {"ref_point": 1.1})(candidates)
+    scores = _hypervolume(model, X, Y, 0, BOOptions(ref_point=1.1))(candidates)
     with torch.no_grad():
         posterior = Marginals(model).posterior(candidates)
     mean = posterior.mean.squeeze(-2).numpy()

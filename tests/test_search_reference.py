@@ -147,7 +147,7 @@ def test_search_summary_scores_stored_runs_against_the_final_front(
 
     reference, table = compute_reference(problem, 10, seed=0, evaluations=0)
     save_reference(reference, table, tmp_path / "reference")
-    folders = [str(run_seeds(problem, reference, algorithm, 30, [0, 1], {},
+    folders = [str(run_seeds(problem, reference, algorithm, 30, [0, 1], None,
                              tmp_path / algorithm, labels=LABELS))
                for algorithm in ("rs", "nsga2")]
     out = tmp_path / "summary"

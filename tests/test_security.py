@@ -24,6 +24,7 @@ from hwgptbench.predictors import fitting as surrogates
 from hwgptbench.predictors import store
 from hwgptbench.predictors.store import SurrogateFileError
 from hwgptbench.settings.compress import ImportanceSettings
+from hwgptbench.settings.sections import TrainingSettings
 from hwgptbench.space import SearchSpace
 from hwgptbench.surrogate.stage import merge_quality
 from hwgptbench.tokens.shards import TokenShards
@@ -61,10 +62,10 @@ def test_supernet_loaders_refuse_code(tmp_path: Path, marker: Path) -> None:
 
 def test_resume_checkpoint_refuses_code(tmp_path: Path, marker: Path, shakespeare: Path
                                         ) -> None:
-    config = train.TrainConfig(steps=2, batch_size=2, random_subnets=1, lr=1e-3,
-                               betas=(0.9, 0.98), weight_decay=0.0, warmup_steps=0,
-                               min_lr_ratio=0.1, grad_clip=1.0, checkpoint_every=1,
-                               device="cpu", seed=0)
+    config = TrainingSettings(steps=2, batch_size=2, random_subnets=1, lr=1e-3,
+                              betas=(0.9, 0.98), weight_decay=0.0, warmup_steps=0,
+                              min_lr_ratio=0.1, grad_clip=1.0, checkpoint_every=1,
+                              device="cpu", seed=0, snapshots=(), processes=1)
     path = _hostile_file(tmp_path / "work" / train.CHECKPOINT, marker, step=1)
     _refused(lambda: train.train(config, SPACE, TokenShards.open(shakespeare),
                                  tmp_path / "out", tmp_path / "work"), path)

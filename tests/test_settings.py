@@ -22,11 +22,12 @@ from hwgptbench.settings.sections import (
     SampleSettings,
     SearchSettings,
     SectionSettings,
+    SupernetSettings,
     SurrogateSettings,
     TransferSettings,
 )
 
-SECTIONS = [DataSettings, SampleSettings, PerplexitySettings, MeasureSettings, RuntimeSettings,
+SECTIONS = [DataSettings, SupernetSettings, SampleSettings, PerplexitySettings, MeasureSettings, RuntimeSettings,
             SurrogateSettings, TransferSettings, SearchSettings]
 SCHEMA = yaml.safe_load((REPO_ROOT / "src/hwgptbench/schemas/params.schema.yaml").read_text())
 

@@ -12,6 +12,7 @@ import torch
 
 from hwgptbench.io import TorchFileError
 from hwgptbench.params import ParamsError
+from hwgptbench.settings.sections import TrainingSettings
 from hwgptbench.space import SearchSpace
 from hwgptbench.tokens.shards import TokenShards
 from hwgptbench.training import train
@@ -20,9 +21,9 @@ SMALL_SPACE = SearchSpace.from_dict("small", {
     "embed_dim": [32, 48], "n_layer": [1, 2], "n_head": [2, 3], "mlp_ratio": [2, 4],
     "bias": [True, False], "head_size": 8, "block_size": 32, "rotary_fraction": 0.5})
 
-CONFIG = train.TrainConfig(steps=6, batch_size=4, random_subnets=1, lr=3e-3, betas=(0.9, 0.98),
-                           weight_decay=0.1, warmup_steps=2, min_lr_ratio=0.1, grad_clip=1.0,
-                           checkpoint_every=3, device="cpu", seed=5, snapshots=(2,))
+CONFIG = TrainingSettings(steps=6, batch_size=4, random_subnets=1, lr=3e-3, betas=(0.9, 0.98),
+                          weight_decay=0.1, warmup_steps=2, min_lr_ratio=0.1, grad_clip=1.0,
+                          checkpoint_every=3, device="cpu", seed=5, snapshots=(2,), processes=1)
 
 
 def test_lr_schedule_warms_up_then_decays_to_floor() -> None:

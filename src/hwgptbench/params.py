@@ -40,9 +40,9 @@ def schema_file() -> dict[str, Any]:
 
 def schema() -> dict[str, Any]:
     """The params schema shipped with the package, its metric enums those of the registry
-    (:data:`hwgptbench.metrics.METRICS`) and its search algorithms and their options those of
-    :mod:`hwgptbench.moo.algorithms`."""
-    from .search_algorithms import ALGORITHMS, OPTIONS
+    (:data:`hwgptbench.metrics.METRICS`) and its search algorithms and their options those
+    declared in :mod:`hwgptbench.search_algorithms`."""
+    from .search_algorithms import ALGORITHMS, options_schemas
 
     full = schema_file()
     metrics = hardware_metrics()
@@ -50,10 +50,20 @@ def schema() -> dict[str, Any]:
             "hardware_metric": {**full["$defs"]["hardware_metric"], "enum": metrics},
             "objective": {**full["$defs"]["objective"], "enum": [PERPLEXITY, *metrics]},
             "search_algorithm": {**full["$defs"]["search_algorithm"], "enum": list(ALGORITHMS)}}
-    search = full["properties"]["search"]
-    options = {**search["properties"]["options"], "properties": OPTIONS}
-    search = {**search, "properties": {**search["properties"], "options": options}}
-    return {**full, "$defs": defs, "properties": {**full["properties"], "search": search}}
+    search = _with_options(full["properties"]["search"], options_schemas())
+    compress = full["properties"]["compress"]
+    subnets = compress["properties"]["search"]
+    subnets = _with_options(subnets, options_schemas(subnets["properties"]["algorithms"]
+                                                     ["items"]["enum"]))
+    compress = {**compress, "properties": {**compress["properties"], "search": subnets}}
+    return {**full, "$defs": defs,
+            "properties": {**full["properties"], "search": search, "compress": compress}}
+
+
+def _with_options(section: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """A search section's schema, its ``options`` object holding these entries."""
+    filled = {**section["properties"]["options"], "properties": options}
+    return {**section, "properties": {**section["properties"], "options": filled}}
 
 
 def _field(path: Any) -> str:

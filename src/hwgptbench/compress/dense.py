@@ -17,9 +17,10 @@ import logging
 from pathlib import Path
 
 from ..model.dense import save_dense
+from ..settings.sections import TrainingSettings
 from ..space import SearchSpace
 from ..tokens.shards import TokenShards
-from ..training.train import TrainConfig, load_supernet, train
+from ..training.train import load_supernet, train
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ def dense_space(space: SearchSpace) -> SearchSpace:
     return SearchSpace.from_dict(f"{space.name}-dense", section)
 
 
-def pretrain(space: SearchSpace, cfg: TrainConfig, shards: TokenShards, out: str | Path,
+def pretrain(space: SearchSpace, cfg: TrainingSettings, shards: TokenShards, out: str | Path,
              work_dir: str | Path, stop_after: int | None = None) -> Path | None:
     """Train the space's largest arch from scratch; write the dense file ``out`` (None: stopped
     early by ``stop_after``, resumable from ``work_dir``)."""

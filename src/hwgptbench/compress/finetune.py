@@ -22,9 +22,10 @@ from ..model.dense import load_dense
 from ..outputs import atomic_path
 from ..settings.build import as_params
 from ..settings.compress import ImportanceSettings
+from ..settings.sections import TrainingSettings
 from ..space import SearchSpace
 from ..tokens.shards import TokenShards
-from ..training.train import TrainConfig, WindowSampler, step_rng, supernet_state, train
+from ..training.train import WindowSampler, step_rng, supernet_state, train
 from .dense import file_sha256
 from .importance import LayerImportance, reorder, unit_importance
 
@@ -86,9 +87,9 @@ def write_imported(dense_path: str | Path, space: SearchSpace, shards: TokenShar
     return path
 
 
-def finetune(dense_path: str | Path, space: SearchSpace, cfg: TrainConfig, shards: TokenShards,
-             importance: ImportanceSettings, out_dir: str | Path, work_dir: str | Path,
-             stop_after: int | None = None) -> Path | None:
+def finetune(dense_path: str | Path, space: SearchSpace, cfg: TrainingSettings,
+             shards: TokenShards, importance: ImportanceSettings, out_dir: str | Path,
+             work_dir: str | Path, stop_after: int | None = None) -> Path | None:
     """Import and fine-tune; write ``out_dir/supernet.pt``, its loss table and the importance
     table (None: stopped early by ``stop_after``, resumable from ``work_dir``)."""
     out_dir, work_dir = Path(out_dir), Path(work_dir)

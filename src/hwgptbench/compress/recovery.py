@@ -2,11 +2,11 @@
 
 A pruning baseline is only a fair rival of the search when it gets the extra training the
 supernet got. :func:`recover` trains a fixed :class:`~hwgptbench.model.GPT` with the
-``compress.finetune`` params (:class:`~hwgptbench.training.train.TrainConfig`): the same number
-of optimizer steps, on the same training windows in the same order (the window of step s is
-drawn from ``step_rng(seed, s, 0)``, as the supernet trainer draws it), with the same AdamW,
-warm-up and cosine schedule, gradient clipping and (on CUDA) bf16 autocast. What differs is
-what the sandwich rule adds: a supernet step back-propagates several sub-networks at once, a
+``compress.finetune`` params (:class:`~hwgptbench.settings.sections.TrainingSettings`): the
+same number of optimizer steps, on the same training windows in the same order (the window of
+step s is drawn from ``step_rng(seed, s, 0)``, as the supernet trainer draws it), with the same
+AdamW, warm-up and cosine schedule, gradient clipping and (on CUDA) bf16 autocast. What differs
+is what the sandwich rule adds: a supernet step back-propagates several sub-networks at once, a
 recovery step this one model.
 
 Zeros stay zeros with ``keep_zeros`` (a Wanda model): the gradients of the pruned entries are
@@ -22,8 +22,8 @@ import torch
 from tqdm import tqdm
 
 from ..model import GPT
+from ..settings.sections import TrainingSettings
 from ..training.train import (
-    TrainConfig,
     WindowSampler,
     build_optimizer,
     lr_factor,
@@ -34,7 +34,7 @@ from ..training.train import (
 log = logging.getLogger(__name__)
 
 
-def recover(model: GPT, cfg: TrainConfig, sampler: WindowSampler, device: torch.device,
+def recover(model: GPT, cfg: TrainingSettings, sampler: WindowSampler, device: torch.device,
             keep_zeros: bool = False) -> GPT:
     """Fine-tune ``model`` in place for ``cfg.steps`` steps (module docstring); returns it in
     eval mode. ``sampler`` draws training windows of the model's block size."""

@@ -20,11 +20,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import polars as pl
 
-from ..moo.algorithms import options_of
 from ..moo.hypervolume import pareto_mask
 from ..moo.reference import Reference
 from ..moo.runner import run
-from ..settings.build import as_params
 from ..settings.compress import SubnetSearchSettings
 from ..space import Arch
 from .evaluate import CompressProblem, SubnetEvaluator
@@ -44,14 +42,13 @@ def endpoint_reference(problem: CompressProblem, seed: int) -> Reference:
 def run_searches(evaluator: SubnetEvaluator, search: SubnetSearchSettings) -> pl.DataFrame:
     """Every (objective set, algorithm) run of ``compress.search``; one row per evaluation."""
     tables = []
-    options = as_params(search.options)
     for name, metrics in search.objectives.items():
         problem = CompressProblem(evaluator, tuple(metrics))
         reference = endpoint_reference(problem, search.seed)
         for algorithm in search.algorithms:
             log.info("searching %s with %s (%d evaluations)", name, algorithm, search.budget)
             table = run(problem, reference, algorithm, search.budget, search.seed,
-                        options_of(algorithm, options))
+                        search.options)
             tables.append(table.with_columns(objectives=pl.lit(name)))
     return pl.concat(tables, how="diagonal_relaxed")
 

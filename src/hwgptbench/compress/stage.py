@@ -34,7 +34,6 @@ from ..settings.compress import (
     CompressTable,
     EvaluateSettings,
     TimingSettings,
-    TrainingSettings,
 )
 from ..space import SearchSpace
 from ..tokens.shards import TokenShards
@@ -43,7 +42,6 @@ if TYPE_CHECKING:
     import torch
 
     from ..model import GPT
-    from ..training.train import TrainConfig
     from .evaluate import SubnetEvaluator
     from .table import BaselinePlan
 
@@ -53,13 +51,6 @@ log = logging.getLogger(__name__)
 def space_of(settings: CompressModel) -> SearchSpace:
     """The compression's search space (``compress.space``)."""
     return SearchSpace.from_dict(settings.name, settings.space)
-
-
-def train_config(training: TrainingSettings) -> TrainConfig:
-    """The trainer's config of ``compress.pretrain`` or ``compress.finetune``."""
-    from ..training.train import TrainConfig
-
-    return TrainConfig.from_params(as_params(training))
 
 
 def dense(settings: CompressDense, data: str, out: str, work_dir: str) -> None:
@@ -72,7 +63,7 @@ def dense(settings: CompressDense, data: str, out: str, work_dir: str) -> None:
         from_huggingface(required(settings.checkpoint, "compress.checkpoint"), space, out,
                          settings.allow_pickle_weights)
         return
-    pretrain(space, train_config(settings.pretrain), TokenShards.open(data, verify=True), out,
+    pretrain(space, settings.pretrain, TokenShards.open(data, verify=True), out,
              work_dir)
 
 
@@ -83,7 +74,7 @@ def finetune_supernet(settings: CompressFinetune, data: str, dense_path: str,
     supernet's file."""
     from .finetune import finetune
 
-    supernet = finetune(dense_path, space_of(settings), train_config(settings.finetune),
+    supernet = finetune(dense_path, space_of(settings), settings.finetune,
                         TokenShards.open(data, verify=True), settings.importance, out, work_dir)
     assert supernet is not None  # None only for a run told to stop early
     return supernet
@@ -138,7 +129,7 @@ def _baseline_plan(settings: CompressTable, dense: GPT, shards: TokenShards,
     if settings.importance.enabled:  # as write_imported orders it
         reorder(pretrained, unit_importance(pretrained, calibration))
     sampler = WindowSampler(shards.split("train"), dense.config.block_size)
-    cfg = train_config(settings.finetune)
+    cfg = settings.finetune
     return BaselinePlan(calibration, settings.table.baseline_finetune, pretrained,
                         lambda model, keep_zeros: recover(model, cfg, sampler, device,
                                                           keep_zeros))

@@ -17,6 +17,7 @@ from pymoo.core.evaluator import Evaluator as PymooEvaluator
 from pymoo.core.problem import Problem as PymooProblem
 from pymoo.problems.static import StaticProblem
 
+from ..search_algorithms import NSGA2Options
 from ..space import Arch
 from .algorithms.nsga2 import make_nsga2
 from .genome import Genome
@@ -61,7 +62,7 @@ def optimise(problem: Objectives, evaluations: int, seed: int,
     m = len(problem.metrics)
     coded = PymooProblem(n_var=genome.size, n_obj=m, xl=0, xu=genome.cardinalities - 1,
                          vtype=int)
-    options = {"population_size": population}
+    options = NSGA2Options(population_size=population)
     algorithm, restarts = make_nsga2(coded, options, seed), 0
     archs: list[Arch] = []
     values = np.empty((0, m))

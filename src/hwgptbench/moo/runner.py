@@ -19,7 +19,6 @@ import random
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
@@ -27,6 +26,7 @@ import torch
 from tqdm import tqdm
 
 from ..outputs import replace_dir
+from ..settings.sections import SearchOptions
 from ..versions import library_versions
 from .algorithms import get_algorithm
 from .evaluator import BudgetExhausted, Evaluator
@@ -53,18 +53,20 @@ def seeded(seed: int) -> Iterator[None]:
 
 
 def execute(evaluator: Evaluator, algorithm: str, seed: int,
-            options: dict[str, Any] | None = None) -> None:
-    """Run algorithm, seeded, against evaluator until its budget ends the run."""
+            options: SearchOptions | None = None) -> None:
+    """Run algorithm, seeded, against evaluator until its budget ends the run (with its
+    entry of options, or its defaults)."""
     search = get_algorithm(algorithm)
     with seeded(seed):
         try:
-            search(evaluator, Genome(evaluator.problem.space), seed, dict(options or {}))
+            search(evaluator, Genome(evaluator.problem.space), seed,
+                   (options or SearchOptions()).of(algorithm))
         except BudgetExhausted:
             pass
 
 
 def run(problem: Objectives, reference: Reference, algorithm: str, budget: int, seed: int,
-        options: dict[str, Any] | None = None) -> pl.DataFrame:
+        options: SearchOptions | None = None) -> pl.DataFrame:
     """Run algorithm for budget evaluations; the table of its evaluations."""
     get_algorithm(algorithm)  # its library imported before the run's clock starts
     evaluator = Evaluator(problem, reference, float(budget))
@@ -109,7 +111,8 @@ SEARCH_LIBRARIES = ("torch", "numpy", "lightgbm", "scikit-learn", "botorch", "gp
 
 
 def run_seeds(problem: Problem, reference: Reference, algorithm: str, budget: int,
-              seeds: Sequence[int], options: dict[str, Any], out_dir: str | os.PathLike[str],
+              seeds: Sequence[int], options: SearchOptions | None,
+              out_dir: str | os.PathLike[str],
               labels: dict[str, str] | None = None) -> Path:
     """Run every seed of one algorithm; write ``out_dir/{seed}.parquet`` (atomically, whole:
     out_dir must be new, empty or an earlier output of ``hwgptbench search``),

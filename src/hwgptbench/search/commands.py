@@ -54,7 +54,6 @@ def cmd_search(args: argparse.Namespace) -> None:
     import torch
     from threadpoolctl import threadpool_limits
 
-    from ..moo.algorithms import options_of
     from ..moo.reference import load_reference
     from ..moo.runner import run_seeds
 
@@ -64,7 +63,7 @@ def cmd_search(args: argparse.Namespace) -> None:
     # every thread pool of the job (BLAS, OpenMP) too: searches run side by side, one a core
     with threadpool_limits(args.threads):
         run_seeds(problem, load_reference(args.reference), args.algorithm, config.budget,
-                  range(config.seeds), options_of(args.algorithm, config.options), args.out,
+                  range(config.seeds), config.options, args.out,
                   {"objectives": args.objectives, "device": args.device})
     log.info("wrote %s: %d runs of %s", args.out, config.seeds, args.algorithm)
 

@@ -83,6 +83,8 @@ def _convert(kind: Any, value: Any, where: str) -> Any:
         return value
     if dataclasses.is_dataclass(kind) and isinstance(kind, type):
         return build(kind, value, where)
+    if isinstance(kind, type) and hasattr(kind, "from_params"):  # a type that builds itself
+        return kind.from_params(value, where)
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:
             return None

@@ -14,32 +14,11 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from .build import SettingsError, build
-from .sections import Estimator
+from .sections import Estimator, SearchOptions, TrainingSettings
 
 Device = Literal["auto", "cpu", "cuda"]
 Objective = Literal["perplexity", "params", "latency_ms"]
 R = TypeVar("R", bound="CompressReads")
-
-
-@dataclass(frozen=True)
-class TrainingSettings:
-    """A sandwich-rule training (``compress.pretrain``, ``compress.finetune``), the fields of
-    :class:`hwgptbench.training.train.TrainConfig`."""
-
-    steps: int
-    batch_size: int
-    random_subnets: int
-    lr: float
-    betas: tuple[float, ...]
-    weight_decay: float
-    warmup_steps: int
-    min_lr_ratio: float
-    grad_clip: float
-    checkpoint_every: int
-    snapshots: tuple[int, ...]
-    device: Device
-    processes: int
-    seed: int
 
 
 @dataclass(frozen=True)
@@ -111,53 +90,6 @@ class FinetuneMethodsSettings:
     repeats: int
     device: Device
     seed: int
-
-
-# the options of each search algorithm; None: the algorithm's own default
-@dataclass(frozen=True)
-class LSOptions:
-    """Local search (``compress.search.options.ls``)."""
-
-    initial: int | None = None
-
-
-@dataclass(frozen=True)
-class NSGA2Options:
-    """NSGA-II (``compress.search.options.nsga2``)."""
-
-    population_size: int | None = None
-    eta: float | None = None
-    crossover_prob: float | None = None
-
-
-@dataclass(frozen=True)
-class MOREAOptions:
-    """MO-REA (``compress.search.options.morea``)."""
-
-    population_size: int | None = None
-    sample_size: int | None = None
-
-
-@dataclass(frozen=True)
-class IterativeOptions:
-    """Surrogate-assisted NSGA-II (``compress.search.options.iterative``)."""
-
-    initial: int | None = None
-    per_round: int | None = None
-    population_size: int | None = None
-    generations: int | None = None
-    boost_rounds: int | None = None
-
-
-@dataclass(frozen=True)
-class SearchOptions:
-    """The algorithms' options (``compress.search.options``); an algorithm left out runs
-    with its defaults."""
-
-    ls: LSOptions | None = None
-    nsga2: NSGA2Options | None = None
-    morea: MOREAOptions | None = None
-    iterative: IterativeOptions | None = None
 
 
 @dataclass(frozen=True)

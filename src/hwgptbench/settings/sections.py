@@ -8,11 +8,13 @@ command boundary; a command's params reads are the ``SECTION`` names of the type
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Literal, TypeVar
 
-from .build import build
+from ..params import ParamsError, batch_problems, snapshot_problems
+from ..search_algorithms import ALGORITHMS, options_type
+from .build import SettingsError, build
 
 Dtype = Literal["fp32", "bf16", "fp16"]
 Estimator = Literal["median", "min", "cpu_median"]
@@ -66,6 +68,42 @@ class DataSettings(SectionSettings):
     val_fraction: float
     shard_tokens: int
     seed: int
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """A sandwich-rule training of a weight-sharing supernet (``supernet``,
+    ``compress.pretrain``, ``compress.finetune``); refuses snapshots past the last step and a
+    batch that the processes cannot split evenly."""
+
+    steps: int
+    batch_size: int
+    random_subnets: int
+    lr: float
+    betas: tuple[float, float]
+    weight_decay: float
+    warmup_steps: int
+    min_lr_ratio: float
+    grad_clip: float
+    checkpoint_every: int
+    device: Literal["auto", "cpu", "cuda"]
+    seed: int
+    snapshots: tuple[int, ...]
+    processes: int
+
+    def __post_init__(self) -> None:
+        problems = (snapshot_problems(self.snapshots, self.steps)
+                    + batch_problems(self.batch_size, self.processes))
+        if problems:
+            raise ParamsError("invalid supernet params:\n"
+                              + "\n".join(f"  - {problem}" for problem in problems))
+
+
+@dataclass(frozen=True)
+class SupernetSettings(TrainingSettings, SectionSettings):
+    """The supernet stage's training."""
+
+    SECTION: ClassVar[str] = "supernet"
 
 
 @dataclass(frozen=True)
@@ -251,6 +289,48 @@ class SearchCondition:
     launch: Literal["eager", "cuda_graph"]
 
 
+class SearchOptions(Mapping[str, Any]):
+    """The search algorithms' options (``search.options``, ``compress.search.options``): each
+    entry built as the options type its key declares in
+    :mod:`hwgptbench.search_algorithms`, whose fields hold the defaults of what it leaves out;
+    an algorithm without an entry runs with its type's defaults."""
+
+    def __init__(self, entries: Mapping[str, Any] | None = None) -> None:
+        self._entries = dict(entries or {})
+
+    @classmethod
+    def from_params(cls, values: Mapping[str, Any], where: str) -> SearchOptions:
+        """The options of a validated params mapping (key -> the options' mapping)."""
+        if not isinstance(values, Mapping):
+            raise SettingsError(f"{where}: expected a mapping, got {values!r}")
+        entries: dict[str, Any] = {}
+        for key, entry in values.items():
+            try:
+                kind = options_type(key)
+            except KeyError:
+                raise SettingsError(f"{where}.{key}: no search algorithm has options {key!r}"
+                                    ) from None
+            entries[key] = build(kind, entry, f"{where}.{key}")
+        return cls(entries)
+
+    def of(self, algorithm: str) -> Any:
+        """The options an algorithm runs with (its type's defaults where not given)."""
+        declared = ALGORITHMS[algorithm]
+        return self._entries.get(declared.options) or declared.options_type()
+
+    def __getitem__(self, key: str) -> Any:
+        return self._entries[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"SearchOptions({self._entries!r})"
+
+
 @dataclass(frozen=True)
 class SearchSettings(SectionSettings):
     """The search stage: objective sets, algorithms, budgets and the reference front."""
@@ -265,7 +345,7 @@ class SearchSettings(SectionSettings):
     seeds: int
     reference_archs: int
     reference_seed: int
-    options: dict[str, dict[str, Any]]  # per algorithm, checked by search_algorithms.OPTIONS
+    options: SearchOptions
 
 
 @dataclass(frozen=True)

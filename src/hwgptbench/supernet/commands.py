@@ -19,7 +19,7 @@ from ..options import (
     space_of,
     vocab_size,
 )
-from ..settings.sections import SampleSettings
+from ..settings.sections import SampleSettings, SupernetSettings
 
 log = logging.getLogger("hwgptbench")
 
@@ -29,12 +29,12 @@ def cmd_train(args: argparse.Namespace) -> None:
     from ..tokens.shards import TokenShards
     from ..training import train
 
-    config = load(args, ["supernet", "spaces"])
-    space = space_of(config, args.scale)
+    settings = load_settings(args, SupernetSettings)
+    space = space_of(load(args, ["spaces"]), args.scale)
     shards = TokenShards.open(args.data, verify=True)
     out = Path(args.out or layout.supernet_dir(args.scale))
     work = Path(args.work_dir or layout.train_work(args.scale))
-    train.train(train.TrainConfig.from_params(config["supernet"]), space, shards, out, work)
+    train.train(settings, space, shards, out, work)
 
 
 def cmd_sample(args: argparse.Namespace) -> None:

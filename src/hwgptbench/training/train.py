@@ -43,7 +43,7 @@ from ..io import canonical_json, load_torch, save_torch
 from ..meters.device import default_device, process_group_backend
 from ..model import SuperGPT
 from ..outputs import atomic_path
-from ..params import ParamsError, batch_problems, snapshot_problems
+from ..settings.sections import TrainingSettings
 from ..space import Arch, SearchSpace
 from ..tokens.shards import TokenShards
 
@@ -54,38 +54,6 @@ SUPERNET = "supernet.pt"
 SNAPSHOT = re.compile(r"supernet-step-(\d+)\.pt")
 LOSS_TABLE = "loss.parquet"
 FORMAT = "hwgptbench-supernet/1"
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """The ``supernet`` params section."""
-
-    steps: int
-    batch_size: int
-    random_subnets: int
-    lr: float
-    betas: tuple[float, float]
-    weight_decay: float
-    warmup_steps: int
-    min_lr_ratio: float
-    grad_clip: float
-    checkpoint_every: int
-    device: str
-    seed: int
-    snapshots: tuple[int, ...] = ()
-    processes: int = 1
-
-    def __post_init__(self) -> None:
-        problems = (snapshot_problems(self.snapshots, self.steps)
-                    + batch_problems(self.batch_size, self.processes))
-        if problems:
-            raise ParamsError("invalid supernet params:\n"
-                              + "\n".join(f"  - {problem}" for problem in problems))
-
-    @classmethod
-    def from_params(cls, section: dict[str, Any]) -> TrainConfig:
-        return cls(**{**section, "betas": tuple(section["betas"]),
-                      "snapshots": tuple(section["snapshots"])})
 
 
 def snapshot_name(step: int) -> str:
@@ -147,7 +115,7 @@ def sandwich(space: SearchSpace, n_random: int, seed: int, step: int) -> list[Ar
     return [space.smallest(), *randoms, space.largest()]
 
 
-def lr_factor(step: int, cfg: TrainConfig) -> float:
+def lr_factor(step: int, cfg: TrainingSettings) -> float:
     """Learning-rate multiplier: linear warm-up, then cosine decay to ``min_lr_ratio``."""
     if step < cfg.warmup_steps:
         return (step + 1) / cfg.warmup_steps
@@ -163,7 +131,7 @@ def training_autocast(device: torch.device) -> contextlib.AbstractContextManager
     return contextlib.nullcontext()
 
 
-def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+def build_optimizer(model: torch.nn.Module, cfg: TrainingSettings) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices only (not on biases and norm gains)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -184,7 +152,7 @@ def code_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def run_fingerprint(cfg: TrainConfig, space: SearchSpace, shards: TokenShards,
+def run_fingerprint(cfg: TrainingSettings, space: SearchSpace, shards: TokenShards,
                     init: str | None = None) -> str:
     """Hash of everything a checkpoint depends on; a checkpoint of other inputs is not resumed.
 
@@ -231,7 +199,7 @@ SUPERNET_FIX = ("delete it and rerun: the supernet rule trains it again, or `mak
                 "it from the DVC remote")
 
 
-def supernet_state(model: SuperGPT, space: SearchSpace, cfg: TrainConfig | None, steps: int,
+def supernet_state(model: SuperGPT, space: SearchSpace, cfg: TrainingSettings | None, steps: int,
                    fingerprint: str) -> dict[str, Any]:
     """What ``supernet.pt`` and each snapshot hold: the weights after ``steps`` steps, the
     space, vocabulary size, training params (None: weights not trained here, e.g. imported) and
@@ -249,7 +217,7 @@ def read_supernet_file(path: str | Path, device: str | torch.device = "cpu") -> 
     return state
 
 
-def publish_snapshots(cfg: TrainConfig, fingerprint: str, work_dir: Path, out_dir: Path
+def publish_snapshots(cfg: TrainingSettings, fingerprint: str, work_dir: Path, out_dir: Path
                       ) -> None:
     """Copy this run's snapshots from ``work_dir`` to ``out_dir``; drop others from ``out_dir``."""
     for step in cfg.snapshots:
@@ -283,7 +251,7 @@ def step_history(step: int, archs: list[Arch], losses: torch.Tensor, lr: float
             for kind, arch, loss in zip(kinds, archs, losses.tolist(), strict=True)]
 
 
-def train(cfg: TrainConfig, space: SearchSpace, shards: TokenShards, out_dir: str | Path,
+def train(cfg: TrainingSettings, space: SearchSpace, shards: TokenShards, out_dir: str | Path,
           work_dir: str | Path, stop_after: int | None = None,
           init: str | Path | None = None) -> Path | None:
     """Train (or resume) the supernet; write ``out_dir/supernet.pt``, its snapshots and the loss

@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import torch
@@ -87,6 +86,7 @@ from botorch.utils.sampling import sample_simplex
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from threadpoolctl import ThreadpoolController
 
+from ...search_algorithms import BOOptions
 from ...space import Arch
 from ..evaluator import Evaluator
 from ..genome import Genome
@@ -99,7 +99,7 @@ CHUNK = 1024  # candidates scored per acquisition call (bounds the MC tensors' m
 # (model, observed features, observed objectives to maximize (n, m), seed, options) ->
 # a scorer: acquisition values (np.ndarray, larger is better) of candidates (N, 1, d)
 Scorer = Callable[[torch.Tensor], np.ndarray]
-Acquisition = Callable[[SingleTaskGP, torch.Tensor, torch.Tensor, int, dict[str, Any]], Scorer]
+Acquisition = Callable[[SingleTaskGP, torch.Tensor, torch.Tensor, int, BOOptions], Scorer]
 
 
 def _scores(acquisition: AcquisitionFunction, candidates: torch.Tensor) -> np.ndarray:
@@ -115,16 +115,16 @@ def _weights(m: int, seed: int) -> torch.Tensor:
     return sample_simplex(m, n=1, seed=seed, dtype=DTYPE)[0]
 
 
-def _sampler(seed: int, options: dict[str, Any]) -> SobolQMCNormalSampler:
-    return SobolQMCNormalSampler(sample_shape=torch.Size([int(options.get("mc_samples", 128))]),
+def _sampler(seed: int, options: BOOptions) -> SobolQMCNormalSampler:
+    return SobolQMCNormalSampler(sample_shape=torch.Size([options.mc_samples]),
                                  seed=seed)
 
 
 def _chebyshev(model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor, seed: int,
-               options: dict[str, Any]) -> Scorer:
+               options: BOOptions) -> Scorer:
     """qLogNEI of the augmented Chebyshev scalarization with random simplex weights."""
     scalarize = get_chebyshev_scalarization(_weights(Y.shape[-1], seed), Y,
-                                            alpha=float(options.get("alpha", 0.05)))
+                                            alpha=options.alpha)
     acquisition = qLogNoisyExpectedImprovement(
         model, X_baseline=X, sampler=_sampler(seed, options),
         objective=GenericMCObjective(scalarize),
@@ -133,7 +133,7 @@ def _chebyshev(model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor, seed: int,
 
 
 def _linear(model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor, seed: int,
-            options: dict[str, Any]) -> Scorer:
+            options: BOOptions) -> Scorer:
     """Analytic LogEI of the weighted sum with random simplex weights."""
     weights = _weights(Y.shape[-1], seed)
     acquisition = LogExpectedImprovement(
@@ -143,9 +143,9 @@ def _linear(model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor, seed: int,
 
 
 def _hypervolume(model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor, seed: int,
-                 options: dict[str, Any]) -> Scorer:
+                 options: BOOptions) -> Scorer:
     """Exact (analytic) EHVI over the box decomposition of the observed front."""
-    ref_point = torch.full((Y.shape[-1],), -float(options.get("ref_point", 1.1)), dtype=DTYPE)
+    ref_point = torch.full((Y.shape[-1],), -options.ref_point, dtype=DTYPE)
     # the observed points that add hypervolume over the reference point (none: every
     # candidate's improvement is its expected volume beyond the reference point)
     partitioning = FastNondominatedPartitioning(ref_point=ref_point,
@@ -167,7 +167,7 @@ def _seed(*parts: int) -> int:
 class _Loop:
     """State of one BO run: the evaluated archs, their features and objective values."""
 
-    def __init__(self, evaluate: Evaluator, genome: Genome, seed: int, options: dict[str, Any],
+    def __init__(self, evaluate: Evaluator, genome: Genome, seed: int, options: BOOptions,
                  acquisition: Acquisition):
         self.evaluate, self.genome, self.seed = evaluate, genome, seed
         self.options, self.acquisition = options, acquisition
@@ -217,7 +217,7 @@ class _Loop:
 
     def pool(self, iteration: int) -> list[Arch]:
         """Unevaluated candidates: uniform samples, then neighbours of the non-dominated."""
-        n_random = int(self.options.get("candidates", 1000))
+        n_random = self.options.candidates
         found: dict[str, Arch] = {}
         if n_random > 0:
             for arch in self.genome.space.draw(_seed(self.seed, iteration, 1)):
@@ -225,7 +225,7 @@ class _Loop:
                     found[arch.id] = arch
                     if len(found) == n_random:
                         break
-        if self.options.get("neighbours", True):
+        if self.options.neighbours:
             values = self.observed()
             finite = np.flatnonzero(np.isfinite(values).all(axis=1))
             for i in finite[pareto_mask(values[finite])]:
@@ -239,12 +239,12 @@ class _Loop:
         model = PooledGP(X, Y, outcome_transform=Standardize(m=Y.shape[-1]))
         if self.hyperparameters is not None:
             model.load_state_dict(self.hyperparameters, strict=False)
-        refit_every = max(1, int(self.options.get("refit_every", 1)))
+        refit_every = self.options.refit_every
         if self.hyperparameters is None or iteration % refit_every == 0:
             mll = ExactMarginalLogLikelihood(model.likelihood, model)
             try:
                 fit_gpytorch_mll(mll, optimizer_kwargs={"options": {
-                    "maxiter": int(self.options.get("fit_maxiter", 50))}})
+                    "maxiter": self.options.fit_maxiter}})
             except ModelFittingError:  # keep the warm start (or the prior's defaults)
                 pass
         self.hyperparameters = {k: v.detach().clone() for k, v in model.state_dict().items()
@@ -264,7 +264,7 @@ class _Loop:
         X = torch.tensor(np.array(self.features)[finite], dtype=DTYPE)  # (n, genes)
         Y = -torch.tensor(values[finite], dtype=DTYPE)  # BoTorch maximizes
         seed = _seed(self.seed, iteration, 2)
-        threads, limit = torch.get_num_threads(), int(self.options.get("threads", 1))
+        threads, limit = torch.get_num_threads(), self.options.threads
         # BLAS too: BoTorch's batched L-BFGS-B runs on numpy, whose OpenBLAS threads (one
         # per core by default) made a fit ~1.6x slower alone and ~2.5x beside a second job
         with (torch.random.fork_rng(), warnings.catch_warnings(),
@@ -281,7 +281,7 @@ class _Loop:
         return pool[int(np.argmax(scores))]
 
     def run(self) -> None:
-        initial = min(int(self.options.get("initial", 10)), self.genome.space.size())
+        initial = min(self.options.initial, self.genome.space.size())
         self.observe(self.genome.space.sample(initial, self.seed))
         iteration = 1
         while (arch := self.suggest(iteration)) is not None:
@@ -289,16 +289,16 @@ class _Loop:
             iteration += 1
 
 
-def rsbo(evaluate: Evaluator, genome: Genome, seed: int, options: dict[str, Any]) -> None:
+def rsbo(evaluate: Evaluator, genome: Genome, seed: int, options: BOOptions) -> None:
     """Random Chebyshev scalarization BO (ParEGO) until the budget ends the run."""
     _Loop(evaluate, genome, seed, options, _chebyshev).run()
 
 
-def lsbo(evaluate: Evaluator, genome: Genome, seed: int, options: dict[str, Any]) -> None:
+def lsbo(evaluate: Evaluator, genome: Genome, seed: int, options: BOOptions) -> None:
     """Random linear scalarization BO until the budget ends the run."""
     _Loop(evaluate, genome, seed, options, _linear).run()
 
 
-def ehvi(evaluate: Evaluator, genome: Genome, seed: int, options: dict[str, Any]) -> None:
+def ehvi(evaluate: Evaluator, genome: Genome, seed: int, options: BOOptions) -> None:
     """Expected hypervolume improvement BO (exact EHVI) until the budget ends the run."""
     _Loop(evaluate, genome, seed, options, _hypervolume).run()

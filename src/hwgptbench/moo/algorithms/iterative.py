@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from ...lightgbm_core import lgb
+from ...search_algorithms import IterativeOptions, NSGA2Options
 from ...space import Arch, SearchSpace
 from ..evaluator import BudgetExhausted, Evaluator
 from ..genome import Genome
@@ -70,17 +70,17 @@ def spread(front: list[tuple[Arch, np.ndarray]], k: int) -> list[Arch]:
 
 
 def propose(space: SearchSpace, genome: Genome, archs: list[Arch], values: np.ndarray,
-            seed: int, options: dict[str, Any]) -> list[tuple[Arch, np.ndarray]]:
+            seed: int, options: IterativeOptions) -> list[tuple[Arch, np.ndarray]]:
     """The predicted Pareto front (arch, predicted values) of an NSGA-II run on surrogates."""
     problem = PredictedProblem(space, fit_boosters(space, archs, values, seed,
-                                                   options.get("boost_rounds", 100)))
+                                                   options.boost_rounds))
     m = values.shape[1]
     identity = Reference(list(problem.metrics), None, None, [0.0] * m, [1.0] * m, 0.0, 0,
                          False, seed)
-    population = options.get("population_size", 20)
-    inner = Evaluator(problem, identity, float(population * options.get("generations", 10)))
+    population = options.population_size
+    inner = Evaluator(problem, identity, float(population * options.generations))
     try:
-        nsga2(inner, genome, seed, {"population_size": population})
+        nsga2(inner, genome, seed, NSGA2Options(population_size=population))
     except BudgetExhausted:  # the inner budget ends the inner run
         pass
     predicted = np.array([r["values"] for r in inner.records])
@@ -92,16 +92,17 @@ def propose(space: SearchSpace, genome: Genome, archs: list[Arch], values: np.nd
     return [c for c, keep in zip(candidates, mask, strict=True) if keep]
 
 
-def iterative(evaluate: Evaluator, genome: Genome, seed: int, options: dict[str, Any]) -> None:
+def iterative(evaluate: Evaluator, genome: Genome, seed: int, options: IterativeOptions
+              ) -> None:
     """Surrogate-assisted rounds until the budget ends the run."""
     space = genome.space
     rng = np.random.default_rng(seed)
-    archs = space.sample(options.get("initial", 10), seed)
+    archs = space.sample(options.initial, seed)
     values = evaluate(archs)
     seen = {a.id for a in archs}
     for round_index in range(1, 10**6):
         front = propose(space, genome, archs, values, seed + round_index, options)
-        new = spread([(a, v) for a, v in front if a.id not in seen], options.get("per_round", 5))
+        new = spread([(a, v) for a, v in front if a.id not in seen], options.per_round)
         while not new:
             arch = space.sample(1, int(rng.integers(2**31)))[0]
             new = [] if arch.id in seen else [arch]

@@ -10,10 +10,9 @@ sampled arch.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from ...search_algorithms import LSOptions
 from ...space import Arch
 from ..evaluator import Evaluator
 from ..genome import Genome
@@ -23,8 +22,7 @@ def _dominates(a: np.ndarray, b: np.ndarray) -> bool:
     return bool((a <= b).all() and (a < b).any())
 
 
-def local_search(evaluate: Evaluator, genome: Genome, seed: int, options: dict[str, Any]
-                 ) -> None:
+def local_search(evaluate: Evaluator, genome: Genome, seed: int, options: LSOptions) -> None:
     """Pareto local search until the budget ends the run."""
     rng = np.random.default_rng(seed)
     seen: set[str] = set()
@@ -39,7 +37,7 @@ def local_search(evaluate: Evaluator, genome: Genome, seed: int, options: dict[s
         archive[:] = [(a, v) for a, v in archive if not _dominates(values, v)]
         archive.append((arch, values))
 
-    for arch in genome.space.sample(options.get("initial", 10), seed):
+    for arch in genome.space.sample(options.initial, seed):
         visit(arch)
     while True:
         unexplored = [a for a, _ in archive if a.id not in explored]

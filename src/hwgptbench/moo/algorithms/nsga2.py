@@ -7,7 +7,7 @@ from each offspring population. A population with no new offspring restarts the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from pymoo.algorithms.moo.nsga2 import NSGA2
@@ -20,27 +20,26 @@ from pymoo.operators.repair.rounding import RoundingRepair
 from pymoo.operators.sampling.rnd import IntegerRandomSampling
 from pymoo.problems.static import StaticProblem
 
+from ...search_algorithms import NSGA2Options
 from ..genome import Genome
 
 if TYPE_CHECKING:  # the evaluator's module imports the reference front, which runs NSGA-II
     from ..evaluator import Evaluator
 
 
-def make_nsga2(problem: Problem, options: dict[str, Any], seed: int) -> NSGA2:
-    """NSGA-II set up on problem with a fresh random population drawn with seed (options:
-    ``population_size``, ``eta``, ``crossover_prob``)."""
-    eta = options.get("eta", 3.0)
-    algorithm = NSGA2(pop_size=options.get("population_size", 20),
+def make_nsga2(problem: Problem, options: NSGA2Options, seed: int) -> NSGA2:
+    """NSGA-II set up on problem with a fresh random population drawn with seed."""
+    algorithm = NSGA2(pop_size=options.population_size,
                       sampling=IntegerRandomSampling(),
-                      crossover=SBX(prob=options.get("crossover_prob", 0.9), eta=eta,
+                      crossover=SBX(prob=options.crossover_prob, eta=options.eta,
                                     vtype=float, repair=RoundingRepair()),
-                      mutation=PM(eta=eta, vtype=float, repair=RoundingRepair()),
+                      mutation=PM(eta=options.eta, vtype=float, repair=RoundingRepair()),
                       eliminate_duplicates=True)
     algorithm.setup(problem, termination=NoTermination(), seed=seed, verbose=False)
     return algorithm
 
 
-def nsga2(evaluate: Evaluator, genome: Genome, seed: int, options: dict[str, Any]) -> None:
+def nsga2(evaluate: Evaluator, genome: Genome, seed: int, options: NSGA2Options) -> None:
     """Generations of NSGA-II until the budget ends the run.
 
     When no offspring differs from the population (pymoo's ``ask`` gives None: a small space

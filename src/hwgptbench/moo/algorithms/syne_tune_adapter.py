@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime
 import itertools
-from typing import Any
 
 import numpy as np
 from syne_tune.backend.trial_status import Trial
@@ -24,6 +23,7 @@ from syne_tune.optimizer.schedulers.multiobjective.multi_objective_regularized_e
 )
 from syne_tune.optimizer.schedulers.single_fidelity_scheduler import SingleFidelityScheduler
 
+from ...search_algorithms import MOASHAOptions, MOREAOptions, NoOptions
 from ..evaluator import Evaluator
 from ..genome import Genome
 
@@ -47,26 +47,25 @@ def _ask_tell(evaluate: Evaluator, genome: Genome, scheduler: SingleFidelitySche
         loop.tell(trial, _result(names, values))
 
 
-def random_search(evaluate: Evaluator, genome: Genome, seed: int, options: dict[str, Any]
-                  ) -> None:
+def random_search(evaluate: Evaluator, genome: Genome, seed: int, options: NoOptions) -> None:
     """syne-tune's multi-objective random search (uniform over the genes)."""
     _ask_tell(evaluate, genome, SingleFidelityScheduler(
         genome.config_space(), metrics=_metrics(evaluate), do_minimize=True,
         searcher="random_search", random_seed=seed))
 
 
-def morea(evaluate: Evaluator, genome: Genome, seed: int, options: dict[str, Any]) -> None:
+def morea(evaluate: Evaluator, genome: Genome, seed: int, options: MOREAOptions) -> None:
     """syne-tune's multi-objective regularized evolution (non-dominated sorting priority)."""
     space = genome.config_space()
     searcher = MultiObjectiveRegularizedEvolution(
-        space, population_size=options.get("population_size", 20),
-        sample_size=options.get("sample_size", 5), random_seed=seed)
+        space, population_size=options.population_size,
+        sample_size=options.sample_size, random_seed=seed)
     _ask_tell(evaluate, genome, SingleFidelityScheduler(
         space, metrics=_metrics(evaluate), do_minimize=True, searcher=searcher,
         random_seed=seed))
 
 
-def moasha(evaluate: Evaluator, genome: Genome, seed: int, options: dict[str, Any]) -> None:
+def moasha(evaluate: Evaluator, genome: Genome, seed: int, options: MOASHAOptions) -> None:
     """syne-tune's MOASHA over the supernet's training-step fidelities."""
     fidelities = evaluate.fidelities
     if len(fidelities) < 2:
@@ -77,7 +76,7 @@ def moasha(evaluate: Evaluator, genome: Genome, seed: int, options: dict[str, An
     names = _metrics(evaluate)
     scheduler = MOASHA(genome.config_space(), metrics=names, do_minimize=True,
                        time_attr=RESOURCE, max_t=fidelities[-1], grace_period=fidelities[0],
-                       reduction_factor=options.get("reduction_factor", 2), random_seed=seed)
+                       reduction_factor=options.reduction_factor, random_seed=seed)
     for trial_id in itertools.count():
         config = scheduler.suggest().config
         trial = Trial(trial_id=trial_id, config=config, creation_time=datetime.datetime.now())
