@@ -116,7 +116,7 @@ def test_measure_labels_and_plans_name_the_chosen_device(gpu_host: pytest.Monkey
     gpu_host.setenv(DEVICE_ENV, "cpu")
     section = MeasureSettings.of(params.load(REPO_ROOT / "params.yaml")["measure"])
     assert device_label(replace(section, device="auto", aliases={}), 2).startswith("cpu-")
-    machine = plan.this_machine({"measure": {"device": "auto", "threads": 2}})
+    machine = plan.this_machine(replace(section, device="auto", threads=2))
     [(label, memory)] = machine.items()
     assert label.startswith("cpu-") and not memory.gpu
 

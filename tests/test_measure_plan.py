@@ -18,11 +18,12 @@ from hwgptbench.measure.plan import (
     cluster_memory,
     format_table,
     plan_memory,
-    plan_params,
+    plan_scales,
     stand_in_shard,
+    tokenizer_vocab_size,
 )
 from hwgptbench.meters.budget import GB
-from hwgptbench.settings.sections import MeasureSettings
+from hwgptbench.settings.sections import ClusterSettings, DataSettings, MeasureSettings
 from hwgptbench.space import SearchSpace
 
 PARAMS = REPO_ROOT / "params.yaml"
@@ -49,10 +50,15 @@ def test_overlay_merges_mappings_and_replaces_lists() -> None:
 
 
 def test_paper_overlay_plans_every_scale_and_device_within_memory(paper: dict) -> None:
-    devices = cluster_memory(paper)
+    measure = MeasureSettings.of(paper["measure"])
+    devices = cluster_memory(ClusterSettings.of(paper["cluster"]), measure.aliases)
     assert set(devices) == set(paper["cluster"]["devices"])  # every device states its memory
     assert not devices["cpu-epyc-7502"].gpu and devices["a100"].gpu
-    plans = plan_params(paper, devices)
+    spaces = [SearchSpace.from_dict(scale, paper["spaces"][scale])
+              for scale in paper["workflow"]["scales"]]
+    vocab = tokenizer_vocab_size(DataSettings.of(paper["data"]).tokenizer)
+    assert vocab == 50304
+    plans = plan_scales(spaces, measure, paper["sample"]["n_archs"] + 2, vocab, devices)
     print(format_table(plans))
     assert len(plans) == len(paper["workflow"]["scales"]) * len(devices)
     for plan in plans:

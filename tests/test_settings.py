@@ -15,6 +15,7 @@ from conftest import REPO_ROOT
 from hwgptbench import params
 from hwgptbench.settings.build import SettingsError, build
 from hwgptbench.settings.sections import (
+    ClusterSettings,
     DataSettings,
     MeasureSettings,
     PerplexitySettings,
@@ -25,10 +26,12 @@ from hwgptbench.settings.sections import (
     SupernetSettings,
     SurrogateSettings,
     TransferSettings,
+    WorkflowSettings,
 )
 
-SECTIONS = [DataSettings, SupernetSettings, SampleSettings, PerplexitySettings, MeasureSettings, RuntimeSettings,
-            SurrogateSettings, TransferSettings, SearchSettings]
+SECTIONS = [WorkflowSettings, DataSettings, SupernetSettings, SampleSettings, PerplexitySettings,
+            MeasureSettings, RuntimeSettings, SurrogateSettings, TransferSettings, SearchSettings,
+            ClusterSettings]
 SCHEMA = yaml.safe_load((REPO_ROOT / "src/hwgptbench/schemas/params.schema.yaml").read_text())
 
 

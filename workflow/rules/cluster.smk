@@ -75,12 +75,19 @@ def check_device_memory() -> None:
     if not stated:
         return
     from hwgptbench.measure import plan
+    from hwgptbench.settings.sections import ClusterSettings, DataSettings, MeasureSettings
+    from hwgptbench.space import SearchSpace
 
-    memory = plan.cluster_memory(config)
+    vocab_size = plan.tokenizer_vocab_size(DataSettings.of(config["data"]).tokenizer)
+    if vocab_size is None:  # a tokenizer file not written yet
+        return
+    measure = MeasureSettings.of(config["measure"])
+    memory = plan.cluster_memory(ClusterSettings.of(config["cluster"]), measure.aliases)
     devices = {scale: {d: memory[d] for d in stated if d not in published_tables(scale)}
                for scale in SCALES}
+    spaces = {scale: SearchSpace.from_dict(scale, config["spaces"][scale]) for scale in SCALES}
     try:
-        plan.check_params(config, devices)
+        plan.check_scales(spaces, measure, vocab_size, devices)
     except plan.MemoryPlanError as error:
         raise WorkflowError(f"measure plan refused: {error}") from None
 

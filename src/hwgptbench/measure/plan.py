@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from ..errors import UserError
 from ..meters.budget import (
@@ -27,7 +27,7 @@ from ..meters.budget import (
 )
 from ..meters.condition import Condition
 from ..settings.build import required
-from ..settings.sections import DataSettings, MeasureSettings, TokenizerSettings
+from ..settings.sections import ClusterSettings, MeasureSettings, TokenizerSettings
 from ..space import Arch, SearchSpace
 
 COLUMNS = ("scale", "device", "memory_gb", "budget_gb", "archs/shard", "group size", "groups",
@@ -172,43 +172,30 @@ def tokenizer_vocab_size(tokenizer: TokenizerSettings) -> int | None:
     return load_tokenizer_file(file).get_vocab_size()
 
 
-def cluster_memory(config: Mapping[str, Any]) -> dict[str, DeviceMemory]:
+def cluster_memory(cluster: ClusterSettings, aliases: Mapping[str, str]
+                   ) -> dict[str, DeviceMemory]:
     """The devices of ``cluster.devices`` that state a ``memory_gb``: GPUs are those whose
-    entry asks for GPUs or whose label (or alias) names CUDA hardware."""
-    aliases = config["measure"]["aliases"]
-    return {label: DeviceMemory(int(entry["memory_gb"] * GB),
-                                entry.get("gpus", 0) > 0
-                                or aliases.get(label, label).startswith("cuda"))
-            for label, entry in config["cluster"]["devices"].items() if "memory_gb" in entry}
+    entry asks for GPUs or whose label (or its ``measure.aliases`` entry) names CUDA hardware."""
+    return {label: DeviceMemory(int(entry.memory_gb * GB),
+                                entry.gpus > 0 or aliases.get(label, label).startswith("cuda"))
+            for label, entry in cluster.devices.items() if entry.memory_gb is not None}
 
 
-def plan_params(config: Mapping[str, Any], devices: Mapping[str, DeviceMemory],
-                scales: Sequence[str] | None = None) -> list[MemoryPlan]:
-    """The plan of every scale (default ``workflow.scales``) on every device of a merged
-    params document; [] when the vocabulary size is not known yet."""
-    vocab_size = tokenizer_vocab_size(DataSettings.of(config["data"]).tokenizer)
-    if vocab_size is None:
-        return []
-    n_archs = config["sample"]["n_archs"] + 2
-    measure = MeasureSettings.of(config["measure"])
-    return [plan_memory(SearchSpace.from_dict(scale, config["spaces"][scale]), measure,
-                        n_archs, vocab_size, label, memory)
-            for scale in scales or config["workflow"]["scales"]
-            for label, memory in devices.items()]
+def plan_scales(spaces: Sequence[SearchSpace], measure: MeasureSettings, n_archs: int,
+                vocab_size: int, devices: Mapping[str, DeviceMemory]) -> list[MemoryPlan]:
+    """The plan of a shard of ``n_archs`` archs (``sample.n_archs + 2``) of every space on
+    every device."""
+    return [plan_memory(space, measure, n_archs, vocab_size, label, memory)
+            for space in spaces for label, memory in devices.items()]
 
 
-def check_params(config: Mapping[str, Any], devices: Mapping[str, Mapping[str, DeviceMemory]]
-                 ) -> None:
+def check_scales(spaces: Mapping[str, SearchSpace], measure: MeasureSettings, vocab_size: int,
+                 devices: Mapping[str, Mapping[str, DeviceMemory]]) -> None:
     """Refuse, with :class:`MemoryPlanError`, a scale whose largest arch does not fit one of
     its devices ({scale: {label: memory}}); fast: no shard is planned."""
-    vocab_size = tokenizer_vocab_size(DataSettings.of(config["data"]).tokenizer)
-    if vocab_size is None:
-        return
-    measure = MeasureSettings.of(config["measure"])
     for scale, memories in devices.items():
-        space = SearchSpace.from_dict(scale, config["spaces"][scale])
         for label, memory in memories.items():
-            check_fits(space, measure, vocab_size, label, memory)
+            check_fits(spaces[scale], measure, vocab_size, label, memory)
 
 
 def format_table(plans: Sequence[MemoryPlan]) -> str:
@@ -220,7 +207,7 @@ def format_table(plans: Sequence[MemoryPlan]) -> str:
     return "\n".join(lines)
 
 
-def this_machine(config: Mapping[str, Any]) -> dict[str, DeviceMemory]:
+def this_machine(measure: MeasureSettings) -> dict[str, DeviceMemory]:
     """This machine under its label (``measure.device``, or derived when auto), with the
     memory free on its default device."""
     from ..meters.budget import free_memory_bytes
@@ -228,7 +215,7 @@ def this_machine(config: Mapping[str, Any]) -> dict[str, DeviceMemory]:
     from ..meters.host import auto_label
 
     device = default_device()
-    label = config["measure"]["device"]
+    label = measure.device
     if label == "auto":
-        label = auto_label(fingerprint(config["measure"]["threads"], device))
+        label = auto_label(fingerprint(measure.threads, device))
     return {label: DeviceMemory(free_memory_bytes(device), device.type == "cuda")}

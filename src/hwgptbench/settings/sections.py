@@ -33,6 +33,15 @@ class SectionSettings:
 
 
 @dataclass(frozen=True)
+class WorkflowSettings(SectionSettings):
+    """What a run covers: the scales (keys of ``spaces``) and the devices it measures."""
+
+    SECTION: ClassVar[str] = "workflow"
+    scales: tuple[str, ...]
+    devices: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class CorpusSettings:
     """Where the data stage's text comes from (``data.corpus``)."""
 
@@ -276,6 +285,27 @@ class SurrogateSettings(SectionSettings):
     default_family: Literal["best", "lightgbm", "mlp_ensemble", "linear", "blend"] = "best"
     mlp_ensemble: MLPEnsembleSettings = MLPEnsembleSettings()
     workers: int | None = None  # None: one process per core
+
+
+@dataclass(frozen=True)
+class ClusterDevice:
+    """Where one device's measure jobs run under a cluster profile, and its memory
+    (``cluster.devices.{label}``)."""
+
+    partition: str | None = None
+    constraint: str | None = None
+    gpus: int = 0
+    runtime: int | None = None
+    mem_mb: int | None = None
+    memory_gb: float | None = None
+
+
+@dataclass(frozen=True)
+class ClusterSettings(SectionSettings):
+    """Job placement under a cluster profile (read by Snakemake; results never depend on it)."""
+
+    SECTION: ClassVar[str] = "cluster"
+    devices: dict[str, ClusterDevice]
 
 
 @dataclass(frozen=True)
