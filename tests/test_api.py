@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+import yaml
 
-from conftest import run, surrogate_settings
+from conftest import REPO_ROOT, run, surrogate_settings
 from hwgptbench import Benchmark
 from hwgptbench.api import QueryError, closest_conditions, measured_default
 from hwgptbench.predictors import fitting as surrogates
@@ -182,9 +183,10 @@ def test_one_device_and_the_measured_default_condition_need_no_naming(results: P
     index = pl.concat([bench.index, *(entry.with_columns(condition=pl.lit(c)) for c in others)])
     params = tmp_path / ".params" / "measure.json"
     params.parent.mkdir()
-    params.write_text(json.dumps({"measure": {"batch_sizes": [1, 4], "seq_lens": [128],
-                                              "dtypes": ["fp32", "bf16"],
-                                              "launch": ["eager", "cuda_graph"]}}))
+    measure = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["measure"]
+    params.write_text(json.dumps({"measure": measure | {
+        "batch_sizes": [1, 4], "seq_lens": [128], "dtypes": ["fp32", "bf16"],
+        "launch": ["eager", "cuda_graph"]}}))  # as the workflow writes the section
     default = measured_default(params)
     assert default == "b1-t128-fp32-eager"
     several = replace(bench, index=index, default_condition=default, _entries={})

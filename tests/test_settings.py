@@ -3,6 +3,7 @@ from params.yaml and its overlays, and names the field a value does not fit."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import typing
 from pathlib import Path
@@ -92,3 +93,55 @@ def test_a_value_that_does_not_fit_names_its_field(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match=r"sample\.seed: missing"):
         build(SampleSettings, {"n_archs": 3})
     assert SurrogateSettings.of(doc["surrogate"]).workers is None  # the default of an optional
+
+
+# where params may be read by string key: the settings types, the params module, the command
+# line and each stage's subcommands (which build the settings)
+BOUNDARY = ("settings/", "params.py", "options.py", "cli.py", "commands.py")
+# params section names that are also data fields: the perplexity column of tables, the
+# transfer entry of a surrogate's metadata; read as a section only through these names
+DATA_KEYS = {"perplexity", "transfer"}
+PARAMS_NAMES = {"config", "params", "doc", "document", "merged", "section", "sections"}
+
+
+def _root_name(node: ast.expr) -> str:
+    while isinstance(node, (ast.Subscript, ast.Attribute, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def params_reads(source: str) -> list[tuple[int, str]]:
+    """(line, section) of each ``x["section"]`` or ``x.get("section")`` of a params section in
+    source (a data field of the same name only on a params-like name)."""
+    sections = set(yaml.safe_load((REPO_ROOT / "params.yaml").read_text()))
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            key, obj = node.slice.value, node.value
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "get" and node.args
+              and isinstance(node.args[0], ast.Constant)):
+            key, obj = node.args[0].value, node.func.value
+        else:
+            continue
+        if key in sections and (key not in DATA_KEYS or _root_name(obj) in PARAMS_NAMES):
+            found.append((node.lineno, key))
+    return found
+
+
+def test_library_code_reads_params_through_settings_types_only() -> None:
+    """Outside the boundary, code takes typed settings: a section read by string key is named
+    with its file and line."""
+    package = REPO_ROOT / "src" / "hwgptbench"
+    found = [f"{path.relative_to(package)}:{line}: reads params section {key!r} by string key; "
+             "take its settings type (hwgptbench.settings), built at the command boundary"
+             for path in sorted(package.rglob("*.py"))
+             if not str(path.relative_to(package)).startswith(BOUNDARY)
+             and path.name != "commands.py"
+             for line, key in params_reads(path.read_text(encoding="utf-8"))]
+    assert not found, "\n".join(found)
+    # the check finds such reads
+    assert params_reads('def f(c):\n    return c["measure"]["threads"]\n') == [(2, "measure")]
+    assert params_reads('x = config.get("search", {})') == [(1, "search")]
+    assert params_reads('x = table["perplexity"]') == []  # a column
+    assert params_reads('x = doc["perplexity"]["source"]') == [(1, "perplexity")]

@@ -59,6 +59,7 @@ from .predictors.base import Surrogate
 from .predictors.features import analytic_counts, features_of_encoded
 from .predictors.store import METADATA, load_surrogate, read_metadata
 from .schema import ANY
+from .settings.sections import MeasureSettings
 from .space import Arch, InvalidArchError, SearchSpace
 
 log = logging.getLogger(__name__)
@@ -159,15 +160,9 @@ def measured_default(params_file: Path) -> str | None:
     sequence length, dtype and launch mode (None without the file)."""
     if not params_file.exists():
         return None
-    fix = "rerun the workflow (`make run` rewrites it) or delete it"
-    try:
-        measure = read_json(params_file, fix)["measure"]
-        return Condition(measure["batch_sizes"][0], measure["seq_lens"][0], measure["dtypes"][0],
-                         measure["launch"][0]).id
-    except (KeyError, IndexError, TypeError, ValueError) as err:
-        if isinstance(err, UserError):
-            raise
-        raise QueryError(f"{params_file}: no measure params ({err!r}): {fix}") from None
+    measure = MeasureSettings.from_files([params_file])
+    return Condition(measure.batch_sizes[0], measure.seq_lens[0], measure.dtypes[0],
+                     measure.launch[0]).id
 
 
 def closest_conditions(conditions: Sequence[str], default: str | None) -> list[str]:

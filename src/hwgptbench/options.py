@@ -35,7 +35,7 @@ def load(args: argparse.Namespace, sections: list[str]) -> dict:
 def load_settings(args: argparse.Namespace, cls: type[S]) -> S:
     """The validated params section of the settings type ``cls``, as ``cls``: what a command
     reads is the ``SECTION`` of each type it loads."""
-    return cls.of(load(args, [cls.SECTION])[cls.SECTION])
+    return cls.from_files(args.params or ["params.yaml"])
 
 
 def space_of(config: dict, scale: str) -> SearchSpace:

@@ -30,8 +30,8 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from ..outputs import write_json_output
-from ..settings.build import as_params, build
-from ..settings.compress import ClozeSettings, EvaluateSettings
+from ..settings.build import as_params
+from ..settings.compress import ClozeSettings, CompressEvaluation, EvaluateSettings
 from ..versions import library_versions
 from . import manifest as export_manifest
 from .check import Logits
@@ -63,13 +63,7 @@ def defaults(params_files: Sequence[str] | None) -> EvaluateSettings:
     files."""
     if not params_files:
         return DEFAULTS
-    from .. import params
-
-    section = params.merge_files(list(params_files), ["compress"])["compress"]
-    if "evaluate" not in section:
-        raise params.ParamsError(f"{', '.join(params_files)}: no compress.evaluate, which "
-                                 "holds the cloze and perplexity settings")
-    return build(EvaluateSettings, section["evaluate"], "compress.evaluate")
+    return CompressEvaluation.from_files(params_files, "export-evaluate").evaluate
 
 
 def overridden(settings: EvaluateSettings, cloze: dict[str, int], perplexity: dict[str, int]

@@ -9,10 +9,12 @@ Field names are the schema's (src/hwgptbench/schemas/params.schema.yaml); lists 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from ..params import merge_files
 from .build import SettingsError, build
 from .sections import Estimator, SearchOptions, TrainingSettings
 
@@ -130,6 +132,12 @@ class CompressReads:
                                 "params.yaml or their files under results/.params/")
         return build(cls, {entry: section[entry] for entry in cls.entries()}, "compress")
 
+    @classmethod
+    def from_files(cls: type[R], paths: Sequence[str | os.PathLike[str]], reader: str) -> R:
+        """This type's entries of the compress section of params files merged and validated
+        (params.yaml, or the entries' files under ``results/.params/``)."""
+        return cls.of(merge_files(paths, ["compress"])["compress"], reader)
+
 
 @dataclass(frozen=True)
 class CompressModel(CompressReads):
@@ -155,6 +163,13 @@ class CompressFinetune(CompressModel):
 
     importance: ImportanceSettings
     finetune: TrainingSettings
+
+
+@dataclass(frozen=True)
+class CompressEvaluation(CompressReads):
+    """export-evaluate: the cloze and perplexity settings of the compression."""
+
+    evaluate: EvaluateSettings
 
 
 @dataclass(frozen=True)

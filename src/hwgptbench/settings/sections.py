@@ -8,11 +8,12 @@ command boundary; a command's params reads are the ``SECTION`` names of the type
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Literal, TypeVar
 
-from ..params import ParamsError, batch_problems, snapshot_problems
+from ..params import ParamsError, batch_problems, merge_files, snapshot_problems
 from ..search_algorithms import ALGORITHMS, options_type
 from .build import SettingsError, build
 
@@ -30,6 +31,12 @@ class SectionSettings:
     def of(cls: type[S], values: Mapping[str, Any]) -> S:
         """This section's settings from its validated params mapping."""
         return build(cls, values, cls.SECTION)
+
+    @classmethod
+    def from_files(cls: type[S], paths: Sequence[str | os.PathLike[str]]) -> S:
+        """This section's settings from params files merged in order and validated (params.yaml
+        and overlays, or the section files the workflow writes under ``results/.params/``)."""
+        return cls.of(merge_files(paths, [cls.SECTION])[cls.SECTION])
 
 
 @dataclass(frozen=True)
