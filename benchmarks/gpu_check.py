@@ -35,7 +35,7 @@ except ImportError:  # a checkout without the package installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     import hwgptbench
 
-from hwgptbench.meters.budget import free_memory_bytes
+from hwgptbench.campaign.budget import free_memory_bytes
 from hwgptbench.meters.condition import Condition
 from hwgptbench.meters.device import DEVICE_ENV, default_device, process_group_backend, release
 from hwgptbench.meters.energy import open_energy_meter

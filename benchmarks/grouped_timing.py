@@ -25,8 +25,8 @@ import numpy as np
 from scipy import stats
 
 from hwgptbench import params
-from hwgptbench.meters.budget import GB, activation_bytes, weight_bytes
-from hwgptbench.meters.campaign import conditions, measure_rows
+from hwgptbench.campaign.budget import GB, activation_bytes, weight_bytes
+from hwgptbench.campaign.shard import conditions, measure_rows
 from hwgptbench.meters.device import default_device
 from hwgptbench.settings.sections import MeasureSettings
 from hwgptbench.space import SearchSpace

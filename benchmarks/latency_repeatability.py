@@ -22,7 +22,7 @@ import numpy as np
 from scipy import stats
 
 from hwgptbench import params
-from hwgptbench.meters.campaign import measure_rows
+from hwgptbench.campaign.shard import measure_rows
 from hwgptbench.settings.sections import MeasureSettings
 from hwgptbench.space import SearchSpace
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import polars as pl
 
 from hwgptbench import params
+from hwgptbench.campaign.budget import GB
 from hwgptbench.measure.stage import measure_shard
-from hwgptbench.meters.budget import GB
 from hwgptbench.meters.memory import peak_rss_bytes
 from hwgptbench.settings.sections import MeasureSettings
 from hwgptbench.space import SearchSpace

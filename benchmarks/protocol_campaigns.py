@@ -25,7 +25,7 @@ import time
 
 import polars as pl
 
-from hwgptbench.meters.campaign import measure_rows
+from hwgptbench.campaign.shard import measure_rows
 from hwgptbench.params import load_overlaid
 from hwgptbench.repeatability import agreement
 from hwgptbench.settings.sections import MeasureSettings

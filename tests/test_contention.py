@@ -1,5 +1,5 @@
 """Rows timed while the machine was busy: timed again in later visits, flagged when they stay
-contended, and left out of surrogate fitting and transfer targets (meters/campaign.py)."""
+contended, and left out of surrogate fitting and transfer targets (campaign/shard.py)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from conftest import REPO_ROOT, surrogate_settings
 from hwgptbench import Benchmark, params
 from hwgptbench.adaptation.targets import long_table
 from hwgptbench.api import QueryError
+from hwgptbench.campaign import shard as campaign
 from hwgptbench.measure import stage
-from hwgptbench.meters import campaign
 from hwgptbench.meters.latency import latency_stats, runqueue_ns, runqueue_wait_share
 from hwgptbench.metrics import measurement_frame
 from hwgptbench.predictors import fitting

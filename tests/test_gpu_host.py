@@ -18,10 +18,9 @@ from torch.autograd import DeviceType
 
 from conftest import DEVICE_ENV, DEVICE_GIVEN, REPO_ROOT
 from hwgptbench import params
+from hwgptbench.campaign import budget, plan
+from hwgptbench.campaign.shard import device_label
 from hwgptbench.errors import UserError
-from hwgptbench.measure import plan
-from hwgptbench.meters import budget
-from hwgptbench.meters.campaign import device_label
 from hwgptbench.meters.condition import Condition
 from hwgptbench.meters.device import default_device, process_group_backend
 from hwgptbench.meters.runner import Settings

@@ -12,8 +12,8 @@ import hwgptbench
 
 PACKAGE = Path(hwgptbench.__file__).parent
 # packages under the stages: what several stages use (docs/architecture.md)
-FOUNDATIONS = {"model", "meters", "training", "tokens", "evaluation", "predictors", "moo",
-               "plotting", "published", "settings", "adaptation"}
+FOUNDATIONS = {"model", "meters", "campaign", "training", "tokens", "evaluation", "predictors",
+               "moo", "plotting", "published", "settings", "adaptation"}
 ASSEMBLERS = {"cli.py"}  # imports every stage's `commands` to build the parser
 
 

@@ -13,12 +13,14 @@ import torch
 import yaml
 
 from conftest import REPO_ROOT
+from hwgptbench.campaign import budget, groups
+from hwgptbench.campaign import shard as campaign
+from hwgptbench.campaign.parts import ShardParts
+from hwgptbench.campaign.pressure import MemoryWatch
 from hwgptbench.measure import stage as measurements
-from hwgptbench.meters import budget, campaign, groups, runner
+from hwgptbench.meters import runner
 from hwgptbench.meters.condition import Condition
 from hwgptbench.meters.latency import cuda_graph_callable
-from hwgptbench.meters.parts import ShardParts
-from hwgptbench.meters.pressure import MemoryWatch
 from hwgptbench.settings.sections import MeasureSettings
 from hwgptbench.space import SearchSpace
 

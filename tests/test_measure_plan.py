@@ -10,8 +10,8 @@ import yaml
 
 from conftest import REPO_ROOT, make_project, run
 from hwgptbench import params
-from hwgptbench.cli import main
-from hwgptbench.measure.plan import (
+from hwgptbench.campaign.budget import GB
+from hwgptbench.campaign.plan import (
     DeviceMemory,
     MemoryPlanError,
     check_fits,
@@ -22,7 +22,7 @@ from hwgptbench.measure.plan import (
     stand_in_shard,
     tokenizer_vocab_size,
 )
-from hwgptbench.meters.budget import GB
+from hwgptbench.cli import main
 from hwgptbench.settings.sections import ClusterSettings, DataSettings, MeasureSettings
 from hwgptbench.space import SearchSpace
 

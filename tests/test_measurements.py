@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from conftest import REPO_ROOT, run
+from hwgptbench.campaign import shard as campaign
 from hwgptbench.measure import stage as measurements
-from hwgptbench.meters import campaign
 from hwgptbench.meters.device import default_device, fingerprint
 from hwgptbench.meters.host import auto_label
 from hwgptbench.settings.sections import MeasureSettings

@@ -16,12 +16,14 @@ from typing import Any
 import polars as pl
 import pytest
 
+from hwgptbench.campaign import budget, parts, pressure
+from hwgptbench.campaign import shard as campaign
+from hwgptbench.campaign.budget import GB
+from hwgptbench.campaign.parts import ShardParts
 from hwgptbench.errors import UserError
 from hwgptbench.measure import stage
-from hwgptbench.meters import budget, campaign, parts, pressure, runner
-from hwgptbench.meters.budget import GB
+from hwgptbench.meters import runner
 from hwgptbench.meters.condition import Condition
-from hwgptbench.meters.parts import ShardParts
 from test_measure_groups import ARCHS, SPACE, VOCAB, _budget_for, _section
 
 CONDITION = Condition(1, 16, "fp32")
@@ -101,7 +103,7 @@ def test_memory_taken_mid_group_splits_the_rest_into_smaller_groups(
         return plan
 
     monkeypatch.setattr(campaign._Campaign, "shrink", shrink)
-    with caplog.at_level(logging.WARNING, logger="hwgptbench.meters.campaign"):
+    with caplog.at_level(logging.WARNING, logger="hwgptbench.campaign.shard"):
         table = _shard(out, section)
     assert "group 0 stopped before it was timed" in caplog.text
     assert "planned again" in caplog.text
@@ -191,7 +193,7 @@ def test_a_rerun_keeps_the_per_arch_rows_of_a_group_killed_while_timed(
     assert sorted(stored["arch_id"]) == sorted(first)  # groups 0 and 1, one row per arch
     monkeypatch.setattr(campaign, "measure_latency_of_archs", real_timing)
     again = _count_calls(monkeypatch, campaign, "measure_arch")
-    with caplog.at_level(logging.WARNING, logger="hwgptbench.meters.campaign"):
+    with caplog.at_level(logging.WARNING, logger="hwgptbench.campaign.shard"):
         table = _shard(out, section)
     assert "group 1 did not finish in an earlier run" in caplog.text
     assert "it failed: KeyboardInterrupt" in caplog.text

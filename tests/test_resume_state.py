@@ -16,11 +16,11 @@ import pytest
 
 from conftest import REPO_ROOT
 from hwgptbench import cli
+from hwgptbench.campaign import shard as campaign
+from hwgptbench.campaign.parts import COMMAND, ShardParts
 from hwgptbench.errors import UserError
 from hwgptbench.measure import stage
-from hwgptbench.meters import campaign
 from hwgptbench.meters.condition import Condition
-from hwgptbench.meters.parts import COMMAND, ShardParts
 from hwgptbench.outputs import MARKER, make_own_dir
 from test_measure_groups import ARCHS, SPACE, VOCAB, _budget_for, _section
 

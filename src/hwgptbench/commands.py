@@ -74,7 +74,7 @@ def cmd_publish_device(args: argparse.Namespace) -> None:
     if args.device is not None:
         label = layout.check_label(args.device, "--device")
     else:
-        from .meters.campaign import device_label  # torch: only to derive this machine's label
+        from .campaign.shard import device_label  # torch: only to derive this machine's label
 
         section = load_settings(args, MeasureSettings)
         label = device_label(section, section.threads)

@@ -74,7 +74,7 @@ def check_device_memory() -> None:
               if "memory_gb" in entry and d in MEASURED_DEVICES]
     if not stated:
         return
-    from hwgptbench.measure import plan
+    from hwgptbench.campaign import plan
     from hwgptbench.settings.sections import ClusterSettings, DataSettings, MeasureSettings
     from hwgptbench.space import SearchSpace
 

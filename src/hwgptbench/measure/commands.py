@@ -24,7 +24,7 @@ log = logging.getLogger("hwgptbench")
 
 def cmd_measure(args: argparse.Namespace) -> None:
     """Measure latency, energy, memory and FLOPs of sampled archs on this machine."""
-    from ..meters.campaign import device_label
+    from ..campaign.shard import device_label
     from . import stage
 
     section = load_settings(args, MeasureSettings)
@@ -41,8 +41,8 @@ def cmd_measure(args: argparse.Namespace) -> None:
 
 def cmd_measure_plan(args: argparse.Namespace) -> None:
     """Print the groups and peak memory the measure jobs plan, per scale and device."""
+    from ..campaign import plan
     from ..space import SearchSpace
-    from . import plan
 
     config = params.load_overlaid(args.params, args.overlay)
     measure, cluster = MeasureSettings.of(config["measure"]), ClusterSettings.of(config["cluster"])
@@ -92,7 +92,7 @@ def cmd_merge(args: argparse.Namespace) -> None:
 
 def cmd_devices(args: argparse.Namespace) -> None:
     """Print this machine's fingerprint, label and which metrics it can measure."""
-    from ..meters.campaign import device_label
+    from ..campaign.shard import device_label
     from ..meters.device import DTYPES, default_device, dtype_unsupported_reason, fingerprint
     from ..meters.energy import open_energy_meter
     from ..meters.host import auto_label

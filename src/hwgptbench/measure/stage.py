@@ -22,10 +22,10 @@ from pathlib import Path
 import polars as pl
 
 from .. import __version__
+from ..campaign.parts import ShardParts
+from ..campaign.shard import MeasurementError, measure_rows
 from ..io import atomic_write_json, canonical_json, write_parquet
-from ..meters.campaign import MeasurementError, measure_rows
 from ..meters.condition import CONDITION_KEYS, Condition, with_condition_columns
-from ..meters.parts import ShardParts
 from ..metrics import KEY, measurement_frame, still_contended
 from ..settings.sections import MeasureSettings
 from ..space import Arch, SearchSpace

@@ -15,7 +15,7 @@ log = logging.getLogger("hwgptbench")
 
 def cmd_runtime(args: argparse.Namespace) -> None:
     """Time workloads under runtime options and break their time down by module, here."""
-    from ..meters.campaign import device_label
+    from ..campaign.shard import device_label
     from .stage import RuntimeTables, measure_runtime, write_runtime
 
     measure = load_settings(args, MeasureSettings)

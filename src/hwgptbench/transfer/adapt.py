@@ -4,7 +4,7 @@ The sources are every other device's measurements: the run's measurement table w
 exists, and the package's device tables of a scale that ships them (:func:`default_sources`),
 so a fresh install adapts a shipped scale with nothing measured but the new device. The new
 device's rows come from a file (checked by :mod:`.measurements`) or are measured here through
-the measurement stage's own code (:func:`hwgptbench.meters.campaign.measure_rows`). For each
+the measurement stage's own code (:func:`hwgptbench.campaign.shard.measure_rows`). For each
 metric and condition of the new device, k of its measured archs are selected, an
 :class:`~.model.AdaptedSurrogate` is fitted and saved, with the rows, under
 ``results/{scale}/adapted/{device}/``, where ``Benchmark.load`` finds them; ``adapted.json``
@@ -34,8 +34,8 @@ from ..adaptation.model import AdaptedSurrogate
 from ..adaptation.sources import fit_sources
 from ..adaptation.targets import Profiles, TransferError, long_table, targets_of
 from ..api import ADAPTED_SUMMARY
+from ..campaign.shard import conditions, measure_rows
 from ..io import canonical_json, write_parquet
-from ..meters.campaign import conditions, measure_rows
 from ..meters.condition import CONDITION_KEYS, Condition, with_condition_columns
 from ..meters.device import default_device
 from ..metrics import measurement_frame

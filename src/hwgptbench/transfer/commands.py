@@ -71,7 +71,7 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     """Adapt the hardware surrogates to a new device from k measured archs (measured on this
     machine, or read from --measurements), for `Benchmark.query` and `hwgptbench query`; print
     each surrogate's estimated error (leave-one-out, and on --validate archs)."""
-    from ..meters.campaign import device_label
+    from ..campaign.shard import device_label
     from ..outputs import check_output_dir
     from .adapt import (
         SOURCE_COLUMNS,

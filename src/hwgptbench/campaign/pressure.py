@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
+from ..meters.host import total_memory_bytes
 from .budget import GB, free_memory_bytes
-from .host import total_memory_bytes
 
 RESERVE_SHARE = 0.05  # of the device's memory kept free beside a group, for other processes ...
 RESERVE_MAX = 1 * GB  # ... but at most this

@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from ..meters.condition import Condition
+from ..meters.device import release
 from ..space import Arch, SearchSpace
-from .condition import Condition
-from .device import release
 
 GB = 2**30
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -76,11 +76,28 @@ def default_budget(free: int) -> int:
     return int(DEFAULT_FRACTION * free)
 
 
-def budget_bytes(budget_gb: float | None, device: torch.device) -> int:
-    """The budget in bytes: ``measure.memory_budget_gb``, or a safe fraction of free memory."""
+def memory_budget(budget_gb: float | None, free: Callable[[], int]) -> int:
+    """The budget in bytes: ``measure.memory_budget_gb``, or a safe fraction of the bytes
+    ``free()`` gives (the memory free now in a job, the device's memory in a plan made before
+    any job starts)."""
     if budget_gb is not None:
         return int(budget_gb * GB)
-    return default_budget(free_memory_bytes(device))
+    return default_budget(free())
+
+
+def budget_bytes(budget_gb: float | None, device: torch.device) -> int:
+    """The budget in bytes on device: ``measure.memory_budget_gb``, or a safe fraction of the
+    memory free on it now."""
+    return memory_budget(budget_gb, lambda: free_memory_bytes(device))
+
+
+def shard_costs(space: SearchSpace, archs: Sequence[Arch], vocab_size: int,
+                condition: Condition, interleave: bool) -> tuple[list[int], list[int]]:
+    """Each arch's weight bytes (0 when archs are timed one at a time, ``measure.interleave``
+    false: then all fit one group) and activation bytes under condition."""
+    weights = [weight_bytes(space, a, vocab_size, condition.dtype) if interleave else 0
+               for a in archs]
+    return weights, [activation_bytes(space, a, vocab_size, condition) for a in archs]
 
 
 @dataclass(frozen=True)

@@ -17,18 +17,19 @@ from functools import cache
 from typing import NamedTuple
 
 from ..errors import UserError
-from ..meters.budget import (
-    GB,
-    GroupPlan,
-    activation_bytes,
-    default_budget,
-    plan_groups,
-    weight_bytes,
-)
 from ..meters.condition import Condition
 from ..settings.build import required
 from ..settings.sections import ClusterSettings, MeasureSettings, TokenizerSettings
 from ..space import Arch, SearchSpace
+from .budget import (
+    GB,
+    GroupPlan,
+    activation_bytes,
+    memory_budget,
+    plan_groups,
+    shard_costs,
+    weight_bytes,
+)
 
 COLUMNS = ("scale", "device", "memory_gb", "budget_gb", "archs/shard", "group size", "groups",
            "planned peak GB", "largest arch GB", "worst condition")
@@ -120,11 +121,9 @@ def stand_in_shard(space: SearchSpace, size: int, seed: int = 0) -> tuple[Arch, 
 
 @cache
 def _costs(space: SearchSpace, archs: tuple[Arch, ...], vocab_size: int, condition: Condition,
-           interleave: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Weight and activation bytes of archs under condition, as the measure job counts them."""
-    weights = tuple(weight_bytes(space, a, vocab_size, condition.dtype) if interleave else 0
-                    for a in archs)
-    return weights, tuple(activation_bytes(space, a, vocab_size, condition) for a in archs)
+           interleave: bool) -> tuple[list[int], list[int]]:
+    """:func:`shard_costs`, kept for the conditions and devices a plan repeats them for."""
+    return shard_costs(space, archs, vocab_size, condition, interleave)
 
 
 def plan_memory(space: SearchSpace, section: MeasureSettings, n_archs: int, vocab_size: int,
@@ -133,9 +132,7 @@ def plan_memory(space: SearchSpace, section: MeasureSettings, n_archs: int, voca
     :class:`MemoryPlanError` when the largest arch alone, or a group, does not fit the
     device."""
     largest = check_fits(space, section, vocab_size, device, device_memory)
-    budget_gb = section.memory_budget_gb
-    budget = (int(budget_gb * GB) if budget_gb is not None
-              else default_budget(device_memory.memory))
+    budget = memory_budget(section.memory_budget_gb, lambda: device_memory.memory)
     size = archs_per_shard(space, n_archs, section.shards)
     archs = stand_in_shard(space, size, seed)
     plans: list[tuple[GroupPlan, Condition]] = []
@@ -210,9 +207,9 @@ def format_table(plans: Sequence[MemoryPlan]) -> str:
 def this_machine(measure: MeasureSettings) -> dict[str, DeviceMemory]:
     """This machine under its label (``measure.device``, or derived when auto), with the
     memory free on its default device."""
-    from ..meters.budget import free_memory_bytes
     from ..meters.device import default_device, fingerprint
     from ..meters.host import auto_label
+    from .budget import free_memory_bytes
 
     device = default_device()
     label = measure.device

@@ -20,6 +20,18 @@ import torch
 from tqdm import tqdm
 
 from ..errors import UserError
+from ..meters.condition import Condition
+from ..meters.device import default_device, fingerprint, release
+from ..meters.energy import ENERGY_VALUES, EnergyMeter, calibrate, open_energy_meter
+from ..meters.host import resolve_label
+from ..meters.latency import LATENCY_FIELDS
+from ..meters.runner import (
+    Settings,
+    conditions_from_params,
+    cpu_estimator,
+    measure_arch,
+    measure_latency_of_archs,
+)
 from ..metrics import further_nulls
 from ..repeatability import REPEAT_MIN
 from ..settings.sections import MeasureSettings
@@ -33,24 +45,13 @@ from .budget import (
     budget_bytes,
     default_budget,
     plan_groups,
+    shard_costs,
     shrink_plan,
     weight_bytes,
 )
-from .condition import Condition
-from .device import default_device, fingerprint, release
-from .energy import ENERGY_VALUES, EnergyMeter, calibrate, open_energy_meter
 from .groups import group_factors, rescale
-from .host import resolve_label
-from .latency import LATENCY_FIELDS
 from .parts import ShardParts
 from .pressure import SHRINKS, WAIT_S, MemoryPressure, MemoryWatch, Shortage, Shortfall
-from .runner import (
-    Settings,
-    conditions_from_params,
-    cpu_estimator,
-    measure_arch,
-    measure_latency_of_archs,
-)
 
 log = logging.getLogger(__name__)
 
@@ -103,14 +104,9 @@ class _Campaign:
     parts: ShardParts | None = None
 
     def costs(self, condition: Condition) -> tuple[list[int], list[int]]:
-        """Each arch's weight bytes (0 when archs are timed one at a time) and activation
-        bytes under condition."""
-        weights = [weight_bytes(self.space, a, self.vocab_size, condition.dtype)
-                   for a in self.archs]
-        if not self.section.interleave:  # one model at a time: all archs in one group
-            weights = [0] * len(weights)
-        return weights, [activation_bytes(self.space, a, self.vocab_size, condition)
-                         for a in self.archs]
+        """The shard's weight and activation bytes under condition (:func:`shard_costs`)."""
+        return shard_costs(self.space, self.archs, self.vocab_size, condition,
+                           self.section.interleave)
 
     def plan(self, condition: Condition) -> GroupPlan:
         """Groups of the archs whose models fit the memory budget under condition."""

@@ -25,11 +25,11 @@ import polars as pl
 
 from ..errors import UserError
 from ..io import atomic_write_json, read_json, read_parquet, write_parquet
+from ..meters.condition import Condition
 from ..metrics import measurement_frame
 from ..outputs import make_own_dir, remove_own_dir
 from ..space import Arch
 from .budget import GB, Group, GroupPlan
-from .condition import Condition
 from .pressure import oom_kills
 
 log = logging.getLogger(__name__)
