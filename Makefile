@@ -8,7 +8,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: run test quick pull install help hwgptbench paper lock
+.PHONY: run test quick pull install help hwgptbench paper lock deps
 
 help:
 	@echo "make run   - install into $(VENV) and run the workflow (dvc repro -> snakemake)"
@@ -18,6 +18,8 @@ help:
 	@echo "             REMOTE=URL of a published one, pulled read-only (https://..., s3://...;"
 	@echo "             ENDPOINT=https://... for an S3-compatible store; docs/remotes.md)"
 	@echo "make lock  - re-resolve pyproject.toml's ranges into requirements.lock (the installs' pins)"
+	@echo "make deps  - write the code deps of dvc.yaml's and paper/dvc.yaml's stages from the code"
+	@echo "             each stage runs (hwgptbench dvc-deps; --check only names those that differ)"
 	@echo "make paper - the paper's multi-device figures and tables from the shipped tables only"
 	@echo "             (results/paper/, report results/report-paper.html; resumes)"
 	@echo "make hwgptbench - HW-GPT-Bench's s space: import its perplexities, measure 500 archs"
@@ -105,6 +107,11 @@ XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: $(VENV)/.installed-test
 	ruff check .
 	OMP_NUM_THREADS=$(TEST_THREADS) pytest $(XDIST)
+
+# dvc.yaml's and paper/dvc.yaml's code deps from the code each stage's Snakemake jobs run
+# (docs/workflow.md); the other deps and every comment stay as written
+deps: $(VENV)/.installed
+	hwgptbench dvc-deps
 
 # the quick inner loop: every fast test but those that spawn snakemake, dvc or torchrun
 quick: $(VENV)/.installed-test

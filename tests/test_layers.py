@@ -12,8 +12,10 @@ import hwgptbench
 
 PACKAGE = Path(hwgptbench.__file__).parent
 # packages under the stages: what several stages use (docs/architecture.md)
+# `pipeline` (dvc.yaml's code deps) is one too: it reads stages as source, never imports one,
+# and the root commands.py runs it
 FOUNDATIONS = {"model", "meters", "campaign", "training", "tokens", "evaluation", "predictors",
-               "moo", "plotting", "published", "settings", "adaptation"}
+               "moo", "plotting", "published", "settings", "adaptation", "pipeline"}
 ASSEMBLERS = {"cli.py"}  # imports every stage's `commands` to build the parser
 
 

@@ -83,9 +83,9 @@ def pushed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_code_deps_cover_what_every_command_loaded(pushed: Path) -> None:
     """The modules each command of the whole run really loaded (its import trace) are in the
-    code that tests/test_dvc_deps.py derives for it from the imports, from which dvc.yaml's
-    deps are checked: nothing a command loads escapes its stage's dependencies."""
-    from test_dvc_deps import PACKAGE, closure, handler_modules
+    code that `hwgptbench.pipeline.code_closure` derives for it from the imports, from which
+    dvc.yaml's deps are written: nothing a command loads escapes its stage's dependencies."""
+    from hwgptbench.pipeline.code_closure import PACKAGE, closure, handler_modules
 
     traces = sorted((pushed.parent / "import-traces").glob("*.txt"))
     commands = {path.stem.rsplit("-", 1)[0] for path in traces}

@@ -1,6 +1,6 @@
 """The subcommands of no single stage: ``query`` the benchmark, ``publish-device`` and
 ``pull`` results through the DVC remote, ``unlock-stale`` after an interrupted run,
-``ship-tables`` into the package's shipped set."""
+``ship-tables`` into the package's shipped set, ``dvc-deps`` to write dvc.yaml's code deps."""
 
 from __future__ import annotations
 
@@ -123,6 +123,17 @@ def cmd_ship(args: argparse.Namespace) -> None:
              record["perplexity"]["rows"], devices or "none")
 
 
+def cmd_dvc_deps(args: argparse.Namespace) -> None:
+    """Write the code deps of dvc.yaml's and paper/dvc.yaml's stages from the code each stage
+    runs (its Snakemake jobs' imports); --check: only name the stages whose deps differ."""
+    from .errors import UserError
+    from .pipeline.dvc_deps import main
+
+    found = main(args.check)
+    if args.check and found:
+        raise UserError("\n".join(found))
+
+
 def register(add: Add) -> None:
     """Add the subcommands through the CLI's ``add``."""
     command = add("query", cmd_query, params=False)
@@ -187,3 +198,6 @@ def register(add: Add) -> None:
                          help="commit of the code that measured the device tables; repeat it "
                               "for a table measured in several campaigns (default: the "
                               "checked-out commit)")
+    command = add("dvc-deps", cmd_dvc_deps, params=False)
+    command.add_argument("--check", action="store_true",
+                         help="write nothing; fail naming each stage whose code deps differ")

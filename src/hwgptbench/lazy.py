@@ -12,7 +12,7 @@ from typing import Any
 def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:
     """A module ``__getattr__`` (PEP 562) for ``package`` that imports ``name`` from the
     submodule ``exports[name]`` when it is first used. Code inside the package imports the
-    submodules themselves (tests/test_dvc_deps.py follows only written imports).
+    submodules themselves (`pipeline/code_closure.py` follows only written imports).
 
     A name may not be that of a submodule: once the submodule is imported, the package
     attribute of that name is the module, and the export would silently change meaning.
