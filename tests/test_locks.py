@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from hwgptbench import cli, locks
+from hwgptbench import cli
+from hwgptbench.pipeline import locks
 
 SNAKEFILE = """\
 rule slow:

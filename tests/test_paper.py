@@ -151,7 +151,7 @@ def test_make_paper_on_a_reduced_overlay_equals_the_docs_and_is_then_current(
 def test_pull_reads_the_paper_lock_under_its_dvc_status_address(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch
                                                                 ) -> None:
-    from hwgptbench.remote import current_targets, locked_stages
+    from hwgptbench.pipeline.remote import current_targets, locked_stages
 
     (tmp_path / "paper").mkdir()
     (tmp_path / "dvc.lock").write_text(

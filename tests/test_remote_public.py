@@ -26,7 +26,7 @@ from conftest import (
     serving,
     tool_env,
 )
-from hwgptbench.remote import (
+from hwgptbench.pipeline.remote import (
     URL_REMOTE,
     RemoteError,
     add_url_remote,

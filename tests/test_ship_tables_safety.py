@@ -23,7 +23,7 @@ from hwgptbench import layout, published
 from hwgptbench.cli import main
 from hwgptbench.errors import UserError
 from hwgptbench.outputs import MARKER, OutputPathError, marker
-from hwgptbench.remote import publish_device
+from hwgptbench.pipeline.remote import publish_device
 
 SPACE = published.space("s")
 VOCAB = published.vocab_size("s")

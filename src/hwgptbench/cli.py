@@ -46,8 +46,9 @@ COMMANDS: dict[str, str] = {
                      "compress-figures", "compress-finetune-methods", "compress-seed"),
                     "compress.commands"),
     **dict.fromkeys(("export", "export-pareto", "evaluate"), "export.commands"),
-    **dict.fromkeys(("query", "publish-device", "pull", "unlock-stale", "ship-tables",
-                     "dvc-deps"), "commands"),
+    "query": "commands",
+    "ship-tables": "published.commands",
+    **dict.fromkeys(("publish-device", "pull", "unlock-stale", "dvc-deps"), "pipeline.commands"),
 }
 
 

@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from . import layout
-from .errors import UserError
-from .io import parse_yaml, read_parquet
-from .outputs import atomic_path
+from .. import layout
+from ..errors import UserError
+from ..io import parse_yaml, read_parquet
+from ..outputs import atomic_path
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UserError
-from .io import atomic_write_text
+from ..errors import UserError
+from ..io import atomic_write_text
 
 log = logging.getLogger(__name__)
 
