@@ -105,10 +105,17 @@ def fresh_clone(source: Path, dest: Path, remote: Path | None = None) -> Path:
     return dest
 
 
-def test_pull_into_fresh_clone_is_up_to_date_in_both_tools(pushed: Path, tmp_path: Path
-                                                           ) -> None:
-    repo = fresh_clone(pushed, tmp_path / "clone")
+@pytest.fixture(scope="module")
+def pulled(pushed: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh clone of the pushed project with every result pulled; the tests that use it
+    leave it as they found it (one clone and pull for them all)."""
+    repo = fresh_clone(pushed, tmp_path_factory.mktemp("pulled") / "clone")
     run(["hwgptbench", "pull"], repo)
+    return repo
+
+
+def test_pull_into_fresh_clone_is_up_to_date_in_both_tools(pushed: Path, pulled: Path) -> None:
+    repo = pulled
     original = pushed / "results" / "data" / "shakespeare"
     pulled = repo / "results" / "data" / "shakespeare"
     for path in original.glob("*.*"):
@@ -150,11 +157,12 @@ def test_pull_into_fresh_clone_is_up_to_date_in_both_tools(pushed: Path, tmp_pat
     commands = repo / "src" / "hwgptbench" / "surrogate" / "commands.py"
     commands.write_text(commands.read_text() + "# edited\n")
     assert set(dvc_status(repo)) == {"surrogates@tiny"}
+    run(["git", "checkout", str(commands)], repo)
+    assert dvc_status(repo) == {}
 
 
-def test_figures_regenerate_from_pulled_tables_alone(pushed: Path, tmp_path: Path) -> None:
-    repo = fresh_clone(pushed, tmp_path / "clone")
-    run(["hwgptbench", "pull"], repo)
+def test_figures_regenerate_from_pulled_tables_alone(pulled: Path) -> None:
+    repo = pulled
     figures = repo / "results" / "tiny" / "figures"
     original = {p.name: p.read_bytes() for p in figures.iterdir()}
     shutil.rmtree(figures)
@@ -164,6 +172,7 @@ def test_figures_regenerate_from_pulled_tables_alone(pushed: Path, tmp_path: Pat
     run(["snakemake", "--report", "results/report.html"], repo)
     report = (repo / "results" / "report.html").read_text()
     assert "hypervolume.png" in report and "pareto_latency.png" in report
+    assert snakemake_jobs(repo) == set() and dvc_status(repo) == {}  # as the pull left it
 
 
 def test_pull_never_blesses_results_of_other_params(pushed: Path, tmp_path: Path) -> None:
