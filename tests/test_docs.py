@@ -67,3 +67,25 @@ def test_a_broken_link_is_found(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text("[a](here.md) [b](gone.md#part) [c](https://example.org/x.md)")
     assert broken_links(page) == ["gone.md"]
+
+
+GRAPH_LINE = re.compile(r"(modules|packages): (\d+) nodes, (\d+) arrows, (\d+) floors")
+
+
+def test_the_import_graph_counts_are_the_current_ones() -> None:
+    """docs/architecture.md's import-graph counts are what benchmarks/import_graph.py prints
+    for this checkout."""
+    import subprocess
+    import sys
+
+    printed = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "import_graph.py")],
+                             capture_output=True, text=True, check=True).stdout
+    counts = {kind: numbers for kind, *numbers in GRAPH_LINE.findall(printed)}
+    modules, packages = counts["modules"], counts["packages"]
+    expected = (f"{packages[0]} packages, {packages[1]} arrows, {packages[2]} floors, no cycle "
+                f"and no stage-to-stage arrow now ({modules[0]} modules, {modules[1]} arrows, "
+                f"{modules[2]} floors)")
+    assert printed.count("cycles none") == 2 and "stage -> stage arrows: 0" in printed, printed
+    doc = " ".join(ARCHITECTURE.read_text().split())
+    assert expected in doc, (f"docs/architecture.md: update the import-graph counts to "
+                             f"'{expected}' (python benchmarks/import_graph.py)")
