@@ -108,8 +108,11 @@ def test_grouped_shard_measures_every_arch_once_with_group_factors(tmp_path: Pat
     assert sorted(table["arch_id"]) == sorted(a.id for a in ARCHS)
     assert (table["status"] == "ok").all() and table["latency_ms"].is_not_null().all()
     assert table["latency_group"].n_unique() > 1
-    factors = table.group_by("latency_group").agg(pl.col("latency_group_factor").n_unique())
-    assert (factors["latency_group_factor"] == 1).all()  # one factor per group
+    # one factor per group, for the rows timed in their group's visit (a row timed again in a
+    # later visit, contended by other processes, carries that visit's factor)
+    first_visit = table.filter(pl.col("latency_remeasured") == 0)
+    factors = first_visit.group_by("latency_group").agg(pl.col("latency_group_factor").n_unique())
+    assert first_visit.height >= len(ARCHS) // 2 and (factors["latency_group_factor"] == 1).all()
     assert not (tmp_path / "shard.parquet.parts").exists()  # removed once the table is written
 
 

@@ -133,6 +133,7 @@ def test_label_of_other_hardware_is_an_error(shakespeare: Path, tmp_path: Path) 
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # 40 s: a shard's own resume is test_resume_state's and test_gpu_campaign's
 def test_killed_campaign_resumes_with_the_missing_shards_only(project: Path) -> None:
     doc = yaml.safe_load((project / "params.yaml").read_text())
     doc["measure"].update(FAST, dtypes=["fp32"])
