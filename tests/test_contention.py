@@ -22,7 +22,7 @@ from hwgptbench import Benchmark, params
 from hwgptbench.adaptation.targets import long_table
 from hwgptbench.api import QueryError
 from hwgptbench.campaign import shard as campaign
-from hwgptbench.measure import stage
+from hwgptbench.measure import merge
 from hwgptbench.meters.latency import latency_stats, runqueue_ns, runqueue_wait_share
 from hwgptbench.metrics import measurement_frame
 from hwgptbench.predictors import fitting
@@ -51,7 +51,7 @@ def test_rows_beyond_the_bounds_are_timed_again_then_flagged(tmp_path: Path) -> 
     # the merged table's dvc metrics count them per device and condition
     table = tmp_path / "device.parquet"
     measurement_frame(strict).write_parquet(table)
-    stage.merge_devices([table], tmp_path / "all.parquet", tmp_path / "contention.json")
+    merge.merge_devices([table], tmp_path / "all.parquet", tmp_path / "contention.json")
     (counts,) = (c for conditions in json.loads((tmp_path / "contention.json").read_text())
                  .values() for c in conditions.values())
     assert counts == {"ok": 3, "contended": 3, "remeasured": 0, "still_contended": 3}

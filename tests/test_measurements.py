@@ -10,9 +10,12 @@ import yaml
 
 from conftest import REPO_ROOT, run
 from hwgptbench.campaign import shard as campaign
+from hwgptbench.errors import MeasurementError
+from hwgptbench.measure import merge
 from hwgptbench.measure import stage as measurements
 from hwgptbench.meters.device import default_device, fingerprint
 from hwgptbench.meters.host import auto_label
+from hwgptbench.metrics import KEY
 from hwgptbench.settings.sections import MeasureSettings
 from hwgptbench.space import SearchSpace
 
@@ -36,12 +39,12 @@ def _section(**overrides: object) -> MeasureSettings:
 def test_parse_shard() -> None:
     assert measurements.parse_shard("1/4") == (1, 4)
     for bad in ("4/4", "x", "1-4", "-1/2"):
-        with pytest.raises(measurements.MeasurementError, match="--shard"):
+        with pytest.raises(MeasurementError, match="--shard"):
             measurements.parse_shard(bad)
 
 
 def test_seq_len_beyond_block_size_is_rejected() -> None:
-    with pytest.raises(measurements.MeasurementError, match="measure.seq_lens"):
+    with pytest.raises(MeasurementError, match="measure.seq_lens"):
         campaign.conditions(_section(seq_lens=[64]), SPACE, default_device())
 
 
@@ -54,7 +57,7 @@ def device_table(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for i, path in enumerate(shards):
         measurements.measure_shard(_section(memory=True), SPACE, archs, 100, "auto", (i, 2),
                                    path)
-    table = measurements.merge_shards(shards, tmp / "device.parquet")
+    table = merge.merge_shards(shards, tmp / "device.parquet")
     assert table.height == 6
     return tmp / "device.parquet"
 
@@ -66,7 +69,7 @@ def test_device_table_rows(device_table: Path) -> None:
     assert set(table["status"]) == {"ok"}
     assert table["latency_interleaved"].all()
     assert table["latency_n"].min() >= FAST["min_repeats"]
-    assert table.select(measurements.KEY).is_unique().all()
+    assert table.select(KEY).is_unique().all()
     for column in ("latency_ms", "latency_ci95_ms", "latency_n", "flops", "params"):
         assert table[column].null_count() == 0 and (table[column] > 0).all()
     assert table["memory_peak_mb"].null_count() == 0
@@ -78,8 +81,8 @@ def test_device_table_rows(device_table: Path) -> None:
 
 
 def test_shard_merge_refuses_duplicates(device_table: Path, tmp_path: Path) -> None:
-    with pytest.raises(measurements.MeasurementError, match="twice"):
-        measurements.merge_shards([device_table, device_table], tmp_path / "x.parquet")
+    with pytest.raises(MeasurementError, match="twice"):
+        merge.merge_shards([device_table, device_table], tmp_path / "x.parquet")
 
 
 def test_two_devices_merge_and_a_label_clash_is_refused(device_table: Path,
@@ -88,14 +91,14 @@ def test_two_devices_merge_and_a_label_clash_is_refused(device_table: Path,
         device=pl.lit("cuda-other-gpu"), device_kind=pl.lit("cuda"),
         device_name=pl.lit("Other GPU"), gpu_memory_gb=pl.lit(80.0))
     other.write_parquet(tmp_path / "cuda-other-gpu.parquet")
-    merged = measurements.merge_devices([device_table, tmp_path / "cuda-other-gpu.parquet"],
+    merged = merge.merge_devices([device_table, tmp_path / "cuda-other-gpu.parquet"],
                                         tmp_path / "all.parquet")
     assert merged.height == 12 and merged["device"].n_unique() == 2
     assert pl.read_parquet(tmp_path / "all.parquet").equals(merged)
     clash = other.with_columns(device=pl.lit(merged["device"][0]))
     clash.write_parquet(tmp_path / "clash.parquet")
-    with pytest.raises(measurements.MeasurementError, match="different hardware"):
-        measurements.merge_devices([device_table, tmp_path / "clash.parquet"],
+    with pytest.raises(MeasurementError, match="different hardware"):
+        merge.merge_devices([device_table, tmp_path / "clash.parquet"],
                                    tmp_path / "bad.parquet")
 
 
@@ -151,4 +154,4 @@ def test_killed_campaign_resumes_with_the_missing_shards_only(project: Path) -> 
     run(["snakemake", "--cores", "2", "results/tiny/measurements.parquet"], project)
     assert (project / first).stat().st_mtime_ns == mtime
     table = pl.read_parquet(project / "results" / "tiny" / "measurements.parquet")
-    assert table.height == 4 and table.select(measurements.KEY).is_unique().all()
+    assert table.height == 4 and table.select(KEY).is_unique().all()

@@ -17,6 +17,7 @@ import yaml
 
 from conftest import REPO_ROOT, surrogate_settings
 from hwgptbench import params
+from hwgptbench.measure import merge
 from hwgptbench.measure import stage as measurements
 from hwgptbench.metrics import (
     METRICS,
@@ -74,7 +75,7 @@ def test_a_registered_metric_is_measured_fitted_and_labelled(toy: Metric, tmp_pa
     archs = SPACE.sample(12, seed=0)
     shard = tmp_path / "shard.parquet"
     measurements.measure_shard(_measure_section(), SPACE, archs, VOCAB, "auto", (0, 1), shard)
-    table = measurements.merge_shards([shard], tmp_path / "device.parquet")
+    table = merge.merge_shards([shard], tmp_path / "device.parquet")
     assert table["toy_weights_kb"].null_count() == 0 and table["toy_reason"].null_count() == 12
     small, large = table.sort("params")["toy_weights_kb"][[0, -1]]
     assert 0 < small < large

@@ -9,3 +9,7 @@ and the fix. Errors that mean a bug stay plain exceptions and keep their traceba
 
 class UserError(Exception):
     """Bad input: the message says what is wrong and how to fix it."""
+
+
+class MeasurementError(UserError, ValueError):
+    """Bad measurement request or inconsistent tables; the message says which."""

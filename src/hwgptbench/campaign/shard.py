@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..errors import UserError
+from ..errors import MeasurementError
 from ..meters.condition import Condition
 from ..meters.device import default_device, fingerprint, release
 from ..meters.energy import ENERGY_VALUES, EnergyMeter, calibrate, open_energy_meter
@@ -54,10 +54,6 @@ from .parts import ShardParts
 from .pressure import SHRINKS, WAIT_S, MemoryPressure, MemoryWatch, Shortage, Shortfall
 
 log = logging.getLogger(__name__)
-
-
-class MeasurementError(UserError, ValueError):
-    """Bad measurement request or inconsistent tables; the message says which."""
 
 
 def measure_settings(section: MeasureSettings, device: torch.device | None = None

@@ -68,7 +68,7 @@ def cmd_measure_plan(args: argparse.Namespace) -> None:
 
 def cmd_merge_shards(args: argparse.Namespace) -> None:
     """Merge the measurement shards of one device into its device table."""
-    from .stage import merge_shards
+    from .merge import merge_shards
 
     table = merge_shards(args.inputs, args.out)
     log.info("wrote %s: %d rows", args.out, table.height)
@@ -76,7 +76,7 @@ def cmd_merge_shards(args: argparse.Namespace) -> None:
 
 def cmd_merge_devices(args: argparse.Namespace) -> None:
     """Merge device tables into the table of every device of a scale."""
-    from .stage import merge_devices
+    from .merge import merge_devices
 
     table = merge_devices(args.inputs, args.out, getattr(args, "metrics_out", None))
     log.info("wrote %s: %d rows", args.out, table.height)

@@ -33,7 +33,7 @@ def cmd_runtime(args: argparse.Namespace) -> None:
 
 def cmd_merge_runtime(args: argparse.Namespace) -> None:
     """Merge the runtime and breakdown tables of every device of a scale."""
-    from .stage import merge_tables
+    from .merge import merge_tables
 
     for tables, out in ((args.runtime, args.out), (args.breakdown, args.breakdown_out),
                         (args.serving, args.serving_out), (args.parallel, args.parallel_out)):

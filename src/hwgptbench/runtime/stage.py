@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -204,10 +202,3 @@ def write_runtime(tables: RuntimeTables, paths: RuntimeTables) -> None:
         write_parquet(table, path)
 
 
-def merge_tables(paths: Sequence[str | Path], out: str | os.PathLike[str]
-                 ) -> pl.DataFrame:
-    """The tables of several devices in one (an empty table when there are none)."""
-    tables = [pl.read_parquet(p) for p in paths]
-    merged = pl.concat(tables, how="diagonal_relaxed") if tables else pl.DataFrame()
-    write_parquet(merged, out)
-    return merged
