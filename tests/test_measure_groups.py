@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, no_contention_wait
 from hwgptbench.campaign import budget, groups
 from hwgptbench.campaign import shard as campaign
 from hwgptbench.campaign.parts import ShardParts
@@ -37,7 +37,7 @@ FAST = {"warmup": 1, "min_repeats": 5, "max_repeats": 10, "target_rel_ci": 0.05,
 
 def _section(**overrides: Any) -> MeasureSettings:
     doc = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["measure"]
-    return MeasureSettings.of(doc | FAST | overrides)
+    return MeasureSettings.of(doc | FAST | no_contention_wait(doc) | overrides)
 
 
 def _budget_for(n_models: int) -> float:

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 import yaml
 
-from conftest import REPO_ROOT, run
+from conftest import REPO_ROOT, no_contention_wait, run
 from hwgptbench.campaign import shard as campaign
 from hwgptbench.errors import MeasurementError
 from hwgptbench.measure import merge
@@ -31,7 +31,7 @@ FAST = {"warmup": 1, "min_repeats": 5, "max_repeats": 20, "target_rel_ci": 0.02,
 def _section(**overrides: object) -> MeasureSettings:
     doc = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["measure"]
     doc.update(FAST)
-    doc.update(batch_sizes=[1, 2], seq_lens=[16], dtypes=["fp32"])
+    doc.update(no_contention_wait(doc), batch_sizes=[1, 2], seq_lens=[16], dtypes=["fp32"])
     doc.update(overrides)
     return MeasureSettings.of(doc)
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO_ROOT, surrogate_settings
+from conftest import REPO_ROOT, no_contention_wait, surrogate_settings
 from hwgptbench import params
 from hwgptbench.measure import merge
 from hwgptbench.measure import stage as measurements
@@ -66,8 +66,8 @@ def toy() -> Iterator[Metric]:
 
 
 def _measure_section() -> MeasureSettings:
-    return MeasureSettings.of(yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["measure"]
-                              | FAST)
+    doc = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["measure"]
+    return MeasureSettings.of(doc | FAST | no_contention_wait(doc))
 
 
 def test_a_registered_metric_is_measured_fitted_and_labelled(toy: Metric, tmp_path: Path

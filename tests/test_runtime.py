@@ -119,6 +119,7 @@ def test_a_backend_without_a_cpu_kernel_is_unsupported_not_a_crash() -> None:
                        Condition(1, 16, "fp32", attention="efficient"), CPU, 0)
 
 
+@pytest.mark.slow  # torch.compile: 13 s on 2 cores; compile is opt-in (runtime.options.compile)
 def test_compiled_prefill_gives_the_eager_output() -> None:
     eager = build_workload(SPACE, SPACE.smallest(), VOCAB, Condition(1, 16, "fp32"), CPU, 0)
     compiled = build_workload(SPACE, SPACE.smallest(), VOCAB,

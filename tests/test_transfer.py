@@ -304,7 +304,7 @@ def test_cli_adapt_measures_k_archs_on_this_machine(
              "warmup": 0, "min_repeats": 3, "max_repeats": 3, "max_seconds": 0.01,
              "memory": False, "contention": {**CONFIG["measure"]["contention"],
                                              "max_ci_rel": 100.0, "max_wall_cpu_ratio": 100.0,
-                                             "max_runqueue_wait": 1.0}}
+                                             "max_runqueue_wait": 1.0, "wait_s": 0.0}}
     overlay = tmp_path / "quick.yaml"
     overlay.write_text(yaml.safe_dump({"measure": quick}))
     args = ["adapt", "--params", str(REPO_ROOT / "params.yaml"), "--params", str(overlay),
