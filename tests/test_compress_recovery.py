@@ -12,7 +12,8 @@ from scipy import stats
 from hwgptbench.compress.baselines import input_norms, nonzero_params, param_count, wanda
 from hwgptbench.compress.figures import search_edge
 from hwgptbench.compress.recovery import recover
-from hwgptbench.compress.table import BaselinePlan
+from hwgptbench.compress.table import BaselinePlan, baselines
+from hwgptbench.model import GPT
 from hwgptbench.settings.sections import TrainingSettings
 from hwgptbench.training.train import WindowSampler
 from test_compress_baselines import VOCAB, calibration, supernet_of
@@ -106,3 +107,23 @@ def test_search_edge_over_seeds_has_a_t_interval() -> None:
     single = search_edge(tables[:1]).row(0, named=True)
     assert single["seeds"] == 1 and single["perplexity_vs_search_lo"] is None
     assert single["perplexity_vs_search"] == pytest.approx(0.01)
+
+
+def test_a_baseline_two_sizes_prune_alike_is_trained_once() -> None:
+    """Two sizes between the same layer counts give one depth baseline: trained once and
+    shared; each size's Wanda mask is its own."""
+    model = supernet_of("llama-gqa").extract()
+    total = param_count(model)
+    trained: list[tuple[str, bool]] = []
+
+    def recover_stub(pruned: GPT, keep_zeros: bool) -> GPT:
+        trained.append((pruned.config.arch.id, keep_zeros))
+        return pruned
+
+    sizes = [("a", total * 96 // 100), ("b", total * 97 // 100)]
+    entries = baselines(model, sizes, calibration(), "equal", recover_stub)
+    depth = [e for e in entries if e.baseline == "depth"]
+    assert len(depth) == 2 and depth[0].arch_id == depth[1].arch_id
+    assert depth[0].model is depth[1].model
+    assert sum(keep for _, keep in trained) == 2  # one Wanda model per size
+    assert len(trained) == len(entries) - 1  # the shared depth baseline once

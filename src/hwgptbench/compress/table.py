@@ -156,8 +156,19 @@ def baselines(source: GPT, matched: Sequence[tuple[str, int]],
                              "wanda", finetune, label, sparse))
     if recover is None:
         return entries
-    return [entry._replace(model=recover(cast(GPT, entry.model), entry.baseline == "wanda"))
-            for entry in entries]
+    # a width or depth baseline is its arch: two sizes that prune to the same one (depth keeps
+    # the same layers for both) train it once; a Wanda mask differs with each size
+    recovered: dict[tuple[str, str], GPT] = {}
+
+    def trained(entry: Entry) -> GPT:
+        if entry.baseline == "wanda":
+            return recover(cast(GPT, entry.model), True)
+        key = (entry.baseline, entry.arch_id)
+        if key not in recovered:
+            recovered[key] = recover(cast(GPT, entry.model), False)
+        return recovered[key]
+
+    return [entry._replace(model=trained(entry)) for entry in entries]
 
 
 @dataclass(frozen=True)
