@@ -102,6 +102,7 @@ BOUNDARY = ("settings/", "params.py", "options.py", "cli.py", "commands.py")
 # transfer entry of a surrogate's metadata; read as a section only through these names
 DATA_KEYS = {"perplexity", "transfer"}
 PARAMS_NAMES = {"config", "params", "doc", "document", "merged", "section", "sections"}
+PARAMS_SECTIONS = set(yaml.safe_load((REPO_ROOT / "params.yaml").read_text()))
 
 
 def _root_name(node: ast.expr) -> str:
@@ -113,7 +114,6 @@ def _root_name(node: ast.expr) -> str:
 def params_reads(source: str) -> list[tuple[int, str]]:
     """(line, section) of each ``x["section"]`` or ``x.get("section")`` of a params section in
     source (a data field of the same name only on a params-like name)."""
-    sections = set(yaml.safe_load((REPO_ROOT / "params.yaml").read_text()))
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
@@ -124,7 +124,7 @@ def params_reads(source: str) -> list[tuple[int, str]]:
             key, obj = node.args[0].value, node.func.value
         else:
             continue
-        if key in sections and (key not in DATA_KEYS or _root_name(obj) in PARAMS_NAMES):
+        if key in PARAMS_SECTIONS and (key not in DATA_KEYS or _root_name(obj) in PARAMS_NAMES):
             found.append((node.lineno, key))
     return found
 

@@ -59,7 +59,6 @@ from .predictors.base import Surrogate
 from .predictors.features import analytic_counts, features_of_encoded
 from .predictors.store import METADATA, load_surrogate, read_metadata
 from .schema import ANY
-from .settings.sections import MeasureSettings
 from .space import Arch, InvalidArchError, SearchSpace
 
 log = logging.getLogger(__name__)
@@ -160,6 +159,8 @@ def measured_default(params_file: Path) -> str | None:
     sequence length, dtype and launch mode (None without the file)."""
     if not params_file.exists():
         return None
+    from .settings.sections import MeasureSettings  # the params schema: only with the file
+
     measure = MeasureSettings.from_files([params_file])
     return Condition(measure.batch_sizes[0], measure.seq_lens[0], measure.dtypes[0],
                      measure.launch[0]).id

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from ..params import merge_files
 from .build import SettingsError, build
 from .sections import Estimator, SearchOptions, TrainingSettings
 
@@ -136,6 +135,8 @@ class CompressReads:
     def from_files(cls: type[R], paths: Sequence[str | os.PathLike[str]], reader: str) -> R:
         """This type's entries of the compress section of params files merged and validated
         (params.yaml, or the entries' files under ``results/.params/``)."""
+        from ..params import merge_files  # jsonschema: loaded where files are read only
+
         return cls.of(merge_files(paths, ["compress"])["compress"], reader)
 
 

@@ -13,7 +13,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Literal, TypeVar
 
-from ..params import ParamsError, batch_problems, merge_files, snapshot_problems
 from ..search_algorithms import ALGORITHMS, options_type
 from .build import SettingsError, build
 
@@ -36,6 +35,8 @@ class SectionSettings:
     def from_files(cls: type[S], paths: Sequence[str | os.PathLike[str]]) -> S:
         """This section's settings from params files merged in order and validated (params.yaml
         and overlays, or the section files the workflow writes under ``results/.params/``)."""
+        from ..params import merge_files  # jsonschema: loaded where files are read only
+
         return cls.of(merge_files(paths, [cls.SECTION])[cls.SECTION])
 
 
@@ -108,6 +109,8 @@ class TrainingSettings:
     processes: int
 
     def __post_init__(self) -> None:
+        from ..params import ParamsError, batch_problems, snapshot_problems
+
         problems = (snapshot_problems(self.snapshots, self.steps)
                     + batch_problems(self.batch_size, self.processes))
         if problems:
