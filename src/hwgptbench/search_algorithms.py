@@ -135,13 +135,14 @@ _JSON_TYPES: dict[Any, dict[str, Any]] = {
     bool: {"type": "boolean"}}
 
 
-def options_schema(options_type: type) -> dict[str, Any]:
-    """The JSON schema of one entry of ``search.options``: an object of the type's fields."""
-    hints = get_type_hints(options_type)
+def options_schema(kind: type) -> dict[str, Any]:
+    """The JSON schema of one entry of ``search.options``: an object of the options type's
+    fields."""
+    hints = get_type_hints(kind)
     properties = {f.name: {**_JSON_TYPES[hints[f.name]], **f.metadata["schema"]}
-                  for f in dataclasses.fields(options_type)}
+                  for f in dataclasses.fields(kind)}
     return {"type": "object", "additionalProperties": False,
-            "description": (options_type.__doc__ or "").strip(), "properties": properties}
+            "description": (kind.__doc__ or "").strip(), "properties": properties}
 
 
 def options_schemas(algorithms: list[str] | None = None) -> dict[str, dict[str, Any]]:
