@@ -595,3 +595,26 @@ def test_energy_window_is_aligned_to_a_stepping_counter() -> None:
     assert row["energy_mj"] == pytest.approx(2.5)  # whole periods: exact
     assert row["energy_calls"] % 7 == 0 and row["energy_calls"] >= 14
     assert meter.calls % 7 == 0  # it ended on a step
+
+
+def test_frozen_survivors_leave_later_models_to_release() -> None:
+    """freeze_survivors keeps what was alive out of later collections, and release still
+    frees a model built afterwards whose modules hold a reference cycle (a fresh process: the
+    freeze lasts for the process)."""
+    script = """
+import gc, weakref, torch
+from hwgptbench.meters.device import freeze_survivors, release
+alive_before = len(gc.get_objects())
+freeze_survivors()
+assert gc.get_freeze_count() >= alive_before // 2, (gc.get_freeze_count(), alive_before)
+assert len(gc.get_objects()) < alive_before // 10
+model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+model.me = [model]  # a cycle: refcounts alone never free it
+dead = weakref.ref(model)
+del model
+release(torch.device("cpu"))
+assert dead() is None
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr

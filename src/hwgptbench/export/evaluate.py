@@ -46,7 +46,7 @@ DEFAULT_TASKS = OFFLINE_TASKS
 PREFERENCE = ("hf", "pt2", "onnx")
 # params.yaml's compress.evaluate (``--params`` reads it from a params file)
 DEFAULTS = EvaluateSettings(batches=4, batch_size=16, seed=99, device="auto",
-                            cloze=ClozeSettings(items=200, context_len=48, choice_len=16,
+                            cloze=ClozeSettings(items=100, context_len=48, choice_len=16,
                                                 choices=4, seed=7))
 PERPLEXITY_KEYS = ("batches", "batch_size", "seed")  # what the perplexity task reads of it
 LIBRARIES = ("torch", "transformers", "tokenizers", "onnxruntime", "lm-eval", "datasets")

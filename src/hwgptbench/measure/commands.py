@@ -25,8 +25,10 @@ log = logging.getLogger("hwgptbench")
 def cmd_measure(args: argparse.Namespace) -> None:
     """Measure latency, energy, memory and FLOPs of sampled archs on this machine."""
     from ..campaign.shard import device_label
+    from ..meters.device import freeze_survivors
     from . import stage
 
+    freeze_survivors()
     section = load_settings(args, MeasureSettings)
     space = space_of(load(args, ["spaces"]), args.scale)
     label = device_label(replace(section, device=args.device or section.device),

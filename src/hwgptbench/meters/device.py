@@ -56,6 +56,15 @@ def process_group_backend(device: torch.device) -> str:
     return "nccl" if torch.device(device).type == "cuda" else "gloo"
 
 
+def freeze_survivors() -> None:
+    """Collect now, then leave every object alive (the imported modules, the settings: they
+    live as long as the process) out of later collections: each collection between measured
+    models (:func:`release`, or one the collector starts inside a timed call) then walks only
+    what was built since, a few ms instead of 0.1-0.3 s with torch's modules loaded."""
+    gc.collect()
+    gc.freeze()
+
+
 def release(device: torch.device) -> None:
     """Free what a dropped model and optimizer held: collect their reference cycles and, on
     CUDA, return the allocator's cached blocks."""

@@ -16,8 +16,10 @@ log = logging.getLogger("hwgptbench")
 def cmd_runtime(args: argparse.Namespace) -> None:
     """Time workloads under runtime options and break their time down by module, here."""
     from ..campaign.shard import device_label
+    from ..meters.device import freeze_survivors
     from .stage import RuntimeTables, measure_runtime, write_runtime
 
+    freeze_survivors()
     measure = load_settings(args, MeasureSettings)
     space = space_of(load(args, ["spaces"]), args.scale)
     label = device_label(replace(measure, device=args.device or measure.device),

@@ -87,6 +87,7 @@ from ..meters.device import (
     DTYPES,
     default_device,
     dtype_unsupported_reason,
+    freeze_survivors,
     process_group_backend,
     release,
 )
@@ -509,6 +510,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     doc = json.loads(args.space_json.read_text())
     space = SearchSpace.from_dict(doc["name"], doc["space"])
     archs = [Arch.from_id(arch_id) for arch_id in args.archs]
+    freeze_survivors()
     with process_group() as rank:
         rows = measure_parallel(space, archs, args.vocab, args.modes, args.recompute,
                                 args.dtypes, args.batch_size, args.seq_len, args.warmup,
