@@ -140,6 +140,11 @@ def make_project(tmp: Path) -> Path:
         target = dest / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO_ROOT / name, target, follow_symlinks=False)
+    # the copy's Snakemake takes one core: Snakemake sets a job's OMP_NUM_THREADS to its
+    # threads (all cores, for the torch stages), which beside the other test worker would
+    # outnumber the two cores and leave torch's threads waiting on each other
+    profile = dest / "workflow" / "profiles" / "default" / "config.yaml"
+    profile.write_text(profile.read_text().replace("cores: all", "cores: 1"))
     run(["git", "init", "-q", "-b", "main"], dest)
     config = Config(dvc_dir=str(dest / ".dvc"))
     with config.edit("repo") as repo_level:

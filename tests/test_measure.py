@@ -3,6 +3,7 @@ the per-arch runner. GPU tests are marked `gpu` and skip without CUDA (`pytest -
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import re
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,7 +23,12 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from hwgptbench.meters import energy, host, latency, runner
 from hwgptbench.meters.condition import CONDITION_KEYS, Condition
-from hwgptbench.meters.device import dtype_unsupported_reason, fingerprint
+from hwgptbench.meters.device import (
+    dtype_unsupported_reason,
+    fingerprint,
+    freeze_survivors,
+    release,
+)
 from hwgptbench.meters.energy import (
     ENERGY_VALUES,
     EnergyMeter,
@@ -599,22 +606,17 @@ def test_energy_window_is_aligned_to_a_stepping_counter() -> None:
 
 def test_frozen_survivors_leave_later_models_to_release() -> None:
     """freeze_survivors keeps what was alive out of later collections, and release still
-    frees a model built afterwards whose modules hold a reference cycle (a fresh process: the
-    freeze lasts for the process)."""
-    script = """
-import gc, weakref, torch
-from hwgptbench.meters.device import freeze_survivors, release
-alive_before = len(gc.get_objects())
-freeze_survivors()
-assert gc.get_freeze_count() >= alive_before // 2, (gc.get_freeze_count(), alive_before)
-assert len(gc.get_objects()) < alive_before // 10
-model = torch.nn.Sequential(torch.nn.Linear(4, 4))
-model.me = [model]  # a cycle: refcounts alone never free it
-dead = weakref.ref(model)
-del model
-release(torch.device("cpu"))
-assert dead() is None
-"""
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr
+    frees a model built afterwards whose modules hold a reference cycle."""
+    alive = len(gc.get_objects())
+    try:
+        freeze_survivors()
+        assert gc.get_freeze_count() >= alive // 2
+        assert len(gc.get_objects()) < alive // 10  # what a collection walks from now on
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+        model.me = [model]  # a cycle: reference counts alone never free it
+        dead = weakref.ref(model)
+        del model
+        release(torch.device("cpu"))
+        assert dead() is None
+    finally:
+        gc.unfreeze()  # the rest of the test process collects as before
