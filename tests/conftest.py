@@ -203,12 +203,12 @@ def use_test_params(repo: Path) -> None:
     (repo / "params.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
-
 def no_contention_wait(measure: dict) -> dict:
     """The measure section's contention entry without the pause before each visit: the tests
     time beside each other, so their rows are often contended, and the visits still run (the
     pause itself is tests/test_contention.py's)."""
     return {"contention": {**measure["contention"], "wait_s": 0.0}}
+
 
 @pytest.fixture(scope="session")
 def shakespeare(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -41,6 +41,12 @@ def _section(**overrides: Any) -> MeasureSettings:
     return MeasureSettings.of(doc | FAST | no_contention_wait(doc) | overrides)
 
 
+def _without_contention_visits(section: MeasureSettings) -> MeasureSettings:
+    """No visit times a contended row again: a row timed again carries that visit's samples
+    and group factor, not its group's (the visits are tests/test_contention.py's)."""
+    return replace(section, contention=replace(section.contention, retries=0))
+
+
 def _budget_for(n_models: int) -> float:
     """A budget (GB) that holds about n models of ARCHS besides the activations."""
     condition = Condition(1, 16, "fp32")
@@ -104,10 +110,7 @@ def test_group_factors_divide_out_a_slower_group() -> None:
 
 def test_grouped_shard_measures_every_arch_once_with_group_factors(tmp_path: Path) -> None:
     out = tmp_path / "shard.parquet"
-    # no contended visits: a row timed again there carries that visit's factor, not its
-    # group's (tests/test_contention.py)
-    contention = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["measure"]["contention"]
-    section = _section(memory_budget_gb=_budget_for(5), contention=contention | {"retries": 0})
+    section = _without_contention_visits(_section(memory_budget_gb=_budget_for(5)))
     table = measurements.measure_shard(section, SPACE, ARCHS, VOCAB, "auto", (0, 1), out)
     assert sorted(table["arch_id"]) == sorted(a.id for a in ARCHS)
     assert (table["status"] == "ok").all() and table["latency_ms"].is_not_null().all()
@@ -158,10 +161,7 @@ def test_one_arch_out_of_memory_costs_only_its_row(where: str, tmp_path: Path,
 def test_a_shard_resumes_after_an_interrupted_group(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "shard.parquet"
-    section = _section(memory_budget_gb=_budget_for(5))
-    # no contention visits: a row timed again on a loaded machine takes new samples, where this
-    # test compares the stored ones (tests/test_contention.py tests the visits)
-    section = replace(section, contention=replace(section.contention, retries=0))
+    section = _without_contention_visits(_section(memory_budget_gb=_budget_for(5)))
     real = campaign._Campaign.measure_group
     measured: list[int] = []
 

@@ -21,8 +21,8 @@ log = logging.getLogger(__name__)
 def _check_unique(table: pl.DataFrame, what: str) -> None:
     duplicated = table.filter(table.select(KEY).is_duplicated())
     if duplicated.height:
-        raise MeasurementError(f"{what}: {duplicated.height} rows measure the same "
-                         f"(device, arch, condition) twice, e.g. {duplicated.row(0, named=True)}")
+        raise MeasurementError(f"{what}: {duplicated.height} rows measure the same (device, "
+                               f"arch, condition) twice, e.g. {duplicated.row(0, named=True)}")
 
 
 def merge_shards(paths: Sequence[str | Path], out: str | os.PathLike[str]

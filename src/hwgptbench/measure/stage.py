@@ -21,7 +21,8 @@ import polars as pl
 
 from .. import __version__
 from ..campaign.parts import ShardParts
-from ..campaign.shard import MeasurementError, measure_rows
+from ..campaign.shard import measure_rows
+from ..errors import MeasurementError
 from ..io import canonical_json, write_parquet
 from ..metrics import measurement_frame
 from ..settings.sections import MeasureSettings
