@@ -4,6 +4,7 @@ contended, and left out of surrogate fitting and transfer targets (campaign/shar
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -40,12 +41,14 @@ def _measured(timing: dict[str, Any] | None = None, **contention: Any) -> list[d
 
 def test_rows_beyond_the_bounds_are_timed_again_then_flagged(tmp_path: Path) -> None:
     """With a CI bound no timing meets, every row is timed in every later visit and stays
-    contended; with bounds every timing meets, none is timed again."""
+    contended; with bounds no timing can exceed (infinite; a wait share is at most 1), none is
+    timed again, however busy the machine (a finite bound such as a CI of 100x the median is
+    met by one call descheduled for a few hundred ms on a loaded CI machine)."""
     strict = _measured(max_ci_rel=1e-12, retries=2)
     assert {r["latency_remeasured"] for r in strict} == {2}
     assert all(r["latency_contended"] for r in strict)
     assert all(r["latency_ms"] > 0 for r in strict)
-    loose = _measured(max_ci_rel=100.0, max_wall_cpu_ratio=100.0, max_runqueue_wait=1.0)
+    loose = _measured(max_ci_rel=math.inf, max_wall_cpu_ratio=math.inf, max_runqueue_wait=1.0)
     assert {r["latency_remeasured"] for r in loose} == {0}
     assert not any(r["latency_contended"] for r in loose)
     # the merged table's dvc metrics count them per device and condition
