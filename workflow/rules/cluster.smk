@@ -75,19 +75,18 @@ def check_device_memory() -> None:
     if not stated:
         return
     from hwgptbench.campaign import plan
-    from hwgptbench.settings.sections import ClusterSettings, DataSettings, MeasureSettings
-    from hwgptbench.space import SearchSpace
+    from hwgptbench.settings.sections import MeasurePlanSettings
 
-    vocab_size = plan.tokenizer_vocab_size(DataSettings.of(config["data"]).tokenizer)
+    settings = MeasurePlanSettings.of(config)
+    vocab_size = plan.tokenizer_vocab_size(settings.tokenizer)
     if vocab_size is None:  # a tokenizer file not written yet
         return
-    measure = MeasureSettings.of(config["measure"])
-    memory = plan.cluster_memory(ClusterSettings.of(config["cluster"]), measure.aliases)
+    memory = plan.cluster_memory(settings.cluster, settings.measure.aliases)
     devices = {scale: {d: memory[d] for d in stated if d not in published_tables(scale)}
                for scale in SCALES}
-    spaces = {scale: SearchSpace.from_dict(scale, config["spaces"][scale]) for scale in SCALES}
     try:
-        plan.check_scales(spaces, measure, vocab_size, devices)
+        plan.check_scales(plan.search_spaces(settings), settings.measure, vocab_size,
+                         devices)
     except plan.MemoryPlanError as error:
         raise WorkflowError(f"measure plan refused: {error}") from None
 

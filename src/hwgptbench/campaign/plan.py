@@ -19,7 +19,12 @@ from typing import NamedTuple
 from ..errors import UserError
 from ..meters.condition import Condition
 from ..settings.build import required
-from ..settings.sections import ClusterSettings, MeasureSettings, TokenizerSettings
+from ..settings.sections import (
+    ClusterSettings,
+    MeasurePlanSettings,
+    MeasureSettings,
+    TokenizerSettings,
+)
 from ..space import Arch, SearchSpace
 from .budget import (
     GB,
@@ -176,6 +181,11 @@ def cluster_memory(cluster: ClusterSettings, aliases: Mapping[str, str]
     return {label: DeviceMemory(int(entry.memory_gb * GB),
                                 entry.gpus > 0 or aliases.get(label, label).startswith("cuda"))
             for label, entry in cluster.devices.items() if entry.memory_gb is not None}
+
+
+def search_spaces(settings: MeasurePlanSettings) -> dict[str, SearchSpace]:
+    """The search spaces of the planned scales, by scale."""
+    return {scale: SearchSpace.from_dict(scale, space) for scale, space in settings.spaces.items()}
 
 
 def plan_scales(spaces: Sequence[SearchSpace], measure: MeasureSettings, n_archs: int,

@@ -10,13 +10,7 @@ from dataclasses import replace
 from .. import layout, params
 from ..io import atomic_write_text
 from ..options import Add, load, load_settings, scale_arg, space_of, vocab_size, vocab_source
-from ..settings.sections import (
-    ClusterSettings,
-    DataSettings,
-    MeasureSettings,
-    SampleSettings,
-    WorkflowSettings,
-)
+from ..settings.sections import MeasurePlanSettings, MeasureSettings
 from ..space import read_archs
 
 log = logging.getLogger("hwgptbench")
@@ -44,24 +38,21 @@ def cmd_measure(args: argparse.Namespace) -> None:
 def cmd_measure_plan(args: argparse.Namespace) -> None:
     """Print the groups and peak memory the measure jobs plan, per scale and device."""
     from ..campaign import plan
-    from ..space import SearchSpace
 
-    config = params.load_overlaid(args.params, args.overlay)
-    measure, cluster = MeasureSettings.of(config["measure"]), ClusterSettings.of(config["cluster"])
+    settings = MeasurePlanSettings.of(params.load_overlaid(args.params, args.overlay))
+    measure, cluster = settings.measure, settings.cluster
     devices = (plan.cluster_memory(cluster, measure.aliases) if cluster.devices
                else plan.this_machine(measure))
     if set(cluster.devices) - set(devices):
         log.warning("not planned, no cluster.devices memory_gb: %s",
                     ", ".join(sorted(set(cluster.devices) - set(devices))))
-    vocab = plan.tokenizer_vocab_size(DataSettings.of(config["data"]).tokenizer)
+    vocab = plan.tokenizer_vocab_size(settings.tokenizer)
     if vocab is None:
         log.warning("nothing planned: data.tokenizer.file is not there, so the vocabulary "
                     "size is not known")
-    spaces = [SearchSpace.from_dict(scale, config["spaces"][scale])
-              for scale in WorkflowSettings.of(config["workflow"]).scales]
     plans = ([] if vocab is None else
-             plan.plan_scales(spaces, measure, SampleSettings.of(config["sample"]).n_archs + 2,
-                              vocab, devices))
+             plan.plan_scales(list(plan.search_spaces(settings).values()), measure,
+                              settings.n_archs + 2, vocab, devices))
     table = plan.format_table(plans)
     print(table)
     if args.out:

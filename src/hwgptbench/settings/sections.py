@@ -319,6 +319,28 @@ class ClusterSettings(SectionSettings):
 
 
 @dataclass(frozen=True)
+class MeasurePlanSettings:
+    """What the measure jobs' memory plan reads across sections: measure, cluster, the data
+    stage's tokenizer, the spaces of ``workflow.scales`` and ``sample.n_archs``; built one way
+    for ``hwgptbench measure-plan`` and for workflow/rules/cluster.smk's check before any job."""
+
+    measure: MeasureSettings
+    cluster: ClusterSettings
+    tokenizer: TokenizerSettings
+    spaces: dict[str, dict[str, Any]]  # by scale, as hwgptbench.space.SearchSpace reads them
+    n_archs: int
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> MeasurePlanSettings:
+        """These settings of the merged, validated params."""
+        scales = WorkflowSettings.of(config["workflow"]).scales
+        return cls(MeasureSettings.of(config["measure"]), ClusterSettings.of(config["cluster"]),
+                   DataSettings.of(config["data"]).tokenizer,
+                   {scale: config["spaces"][scale] for scale in scales},
+                   SampleSettings.of(config["sample"]).n_archs)
+
+
+@dataclass(frozen=True)
 class SearchCondition:
     """The measurement condition whose hardware metrics the searches minimise
     (``search.condition``)."""
