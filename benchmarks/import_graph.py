@@ -1,11 +1,12 @@
 """The package's import graph: modules and packages, arrows, floors and cycles.
 
 Every import statement of ``src/hwgptbench`` that runs counts (function-level ones too; those
-of ``if TYPE_CHECKING:`` blocks do not), resolved to the package module it loads. At the
-package level a node is a top-level package or module of ``hwgptbench``. Floors are the nodes
-on the longest chain of imports once each cycle is taken as one node; the stage arrows are
-those from one stage package to another (``tests/test_layers.py`` names the foundations, and
-holds the stage arrows at zero).
+of ``if TYPE_CHECKING:`` blocks do not), resolved to the package module it loads by
+``hwgptbench.pipeline.source_imports`` (the reader of dvc.yaml's code deps and of the layer
+test). At the package level a node is a top-level package or module of ``hwgptbench``. Floors
+are the nodes on the longest chain of imports once each cycle is taken as one node; the stage
+arrows are those from one stage package to another (``tests/test_layers.py`` names the
+foundations, and holds the stage arrows at zero).
 
     python benchmarks/import_graph.py                 # this checkout
     python benchmarks/import_graph.py --root OTHER    # another checkout, e.g. a git worktree
@@ -14,7 +15,6 @@ holds the stage arrows at zero).
 from __future__ import annotations
 
 import argparse
-import ast
 import sys
 from collections import defaultdict
 from collections.abc import Iterable
@@ -23,51 +23,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
+from hwgptbench.pipeline.source_imports import PackageSource  # noqa: E402
 from test_layers import FOUNDATIONS  # noqa: E402
 
 Graph = dict[str, set[str]]
 
 
-def _runtime_nodes(tree: ast.AST) -> Iterable[ast.AST]:
-    """Every node but those of ``if TYPE_CHECKING:`` blocks (their imports never run)."""
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        if (isinstance(node, ast.If) and isinstance(node.test, ast.Name)
-                and node.test.id == "TYPE_CHECKING"):
-            continue
-        yield node
-        todo += ast.iter_child_nodes(node)
-
-
-def module_graph(package: Path) -> Graph:
-    """Module -> the package modules it imports."""
-    files = {".".join(f.relative_to(package.parent).with_suffix("").parts)
-             .removesuffix(".__init__"): f for f in package.rglob("*.py")}
-    graph: Graph = {name: set() for name in files}
-    for name, path in files.items():
-        parts = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = ".".join(parts[: len(parts) - node.level + 1]
-                                    + ([node.module] if node.module else []))
-                elif (node.module or "").split(".")[0] == package.name:
-                    base = node.module or ""
-                else:
-                    continue
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base
-                           for a in node.names]
-            elif isinstance(node, ast.Import):
-                targets = [a.name for a in node.names if a.name.split(".")[0] == package.name]
-            else:
-                continue
-            for target in targets:
-                while target and target not in files:
-                    target = target.rpartition(".")[0]
-                if target and target not in (name, package.name):
-                    graph[name].add(target)
-    return graph
+def module_graph(source: PackageSource) -> Graph:
+    """Module -> the package modules its imports that run resolve to."""
+    return {module: {target for _, target in source.imports(module)} - {module, source.name}
+            for module in source.modules()}
 
 
 def components(graph: Graph) -> list[set[str]]:
@@ -148,7 +113,7 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=REPO, help="checkout (default: this one)")
     args = parser.parse_args()
     package = args.root / "src" / "hwgptbench"
-    modules = module_graph(package)
+    modules = module_graph(PackageSource(package.parent, package.name))
     top = packages(modules)
     stages = {p.name for p in package.iterdir() if (p / "__init__.py").exists()} - FOUNDATIONS
     stage_arrows = sorted(f"{a} -> {b}" for a, targets in top.items() if a in stages

@@ -24,17 +24,7 @@ import yaml
 from conftest import REPO_ROOT
 from hwgptbench import cli
 from hwgptbench.pipeline import dvc_deps
-from hwgptbench.pipeline.code_closure import (
-    PACKAGE,
-    SRC,
-    from_base,
-    functions_of,
-    handler_functions,
-    module_file,
-    package_modules,
-    source_file,
-    typing_only,
-)
+from hwgptbench.pipeline.code_closure import PACKAGE, SOURCE, SRC, functions_of, handler_functions
 from hwgptbench.pipeline.dvc_deps import (
     SUBCOMMAND,
     Job,
@@ -47,6 +37,7 @@ from hwgptbench.pipeline.dvc_deps import (
     under,
     upstream,
 )
+from hwgptbench.pipeline.source_imports import typing_only
 from hwgptbench.settings import sections as settings_sections
 
 PARAMS_FILE = re.compile(r"results/\.params/([A-Za-z0-9_.]+)\.json")
@@ -78,7 +69,7 @@ def handler_reads(subcommand: str) -> frozenset[str]:
 
 
 def repo_path(module: str) -> str:
-    return source_file(module).relative_to(REPO_ROOT).as_posix()
+    return SOURCE.file(module).relative_to(REPO_ROOT).as_posix()
 
 
 def uncovered(stage: Stage, stages: list[Stage], modules: set[str]) -> list[str]:
@@ -186,25 +177,25 @@ def test_package_code_imports_lazy_names_from_their_modules() -> None:
     """A package that exports names lazily (``lazy_exports`` or a module ``__getattr__``)
     hides the module behind a name from the closure above, so package code imports the
     module itself: ``from ..moo.runner import run``, not ``from ..moo import run``."""
-    lazy = {module: _defined_names(module) for module in package_modules()
-            if source_file(module).name == "__init__.py"
-            and "__getattr__" in source_file(module).read_text()}
+    lazy = {module: _defined_names(module) for module in SOURCE.modules()
+            if SOURCE.file(module).name == "__init__.py"
+            and "__getattr__" in SOURCE.file(module).read_text()}
     assert {PACKAGE, f"{PACKAGE}.moo"} <= set(lazy)  # the scan finds them
     found = []
-    for module in sorted(package_modules()):
-        tree = ast.parse(source_file(module).read_text())
+    for module in sorted(SOURCE.modules()):
+        tree = ast.parse(SOURCE.file(module).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and not typing_only(node):
-                base = from_base(module, node)
+                base = SOURCE.from_base(module, node)
                 found += [f"{module}: imports {alias.name} from {base}" for alias in node.names
                           if base in lazy and alias.name not in lazy[base]
-                          and module_file(f"{base}.{alias.name}") is None]
+                          and SOURCE.module_file(f"{base}.{alias.name}") is None]
     assert not found, "\n".join(found)
 
 
 def _defined_names(module: str) -> set[str]:
     """Names a module defines at its top level (not lazily)."""
-    tree = ast.parse(source_file(module).read_text())
+    tree = ast.parse(SOURCE.file(module).read_text())
     names = set()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):

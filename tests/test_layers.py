@@ -4,11 +4,10 @@ command line (``cli.py``) is the one module that assembles the stages."""
 
 from __future__ import annotations
 
-import ast
-import re
 from pathlib import Path
 
 import hwgptbench
+from hwgptbench.pipeline.source_imports import PackageSource
 
 PACKAGE = Path(hwgptbench.__file__).parent
 # packages under the stages: what several stages use (docs/architecture.md)
@@ -19,49 +18,26 @@ FOUNDATIONS = {"model", "meters", "campaign", "training", "tokens", "evaluation"
 ASSEMBLERS = {"cli.py"}  # imports every stage's `commands` to build the parser
 
 
-def imported_modules(path: Path, root: Path) -> list[tuple[int, str]]:
-    """(line, absolute module) of every import in ``path`` (function-level ones included), the
-    names of ``from X import name`` counted as modules ``X.name`` too (a name may be one), and
-    every string that names a module of the package (``"pkg.stage.module"`` or
-    ``"pkg.module:function"``: a registry that imports it by name, such as the surrogate
-    families of ``predictors/store.py``)."""
-    parts = list(path.relative_to(root.parent).with_suffix("").parts)
-    package = parts if parts[-1] == "__init__" else parts[:-1]
-    package = [p for p in package if p != "__init__"]
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = (package[: len(package) - node.level + 1] if node.level else [])
-            module = ".".join(base + ([node.module] if node.module else []))
-            found.append((node.lineno, module))
-            found += [(node.lineno, f"{module}.{alias.name}") for alias in node.names]
-        elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
-              and re.fullmatch(rf"{root.name}(\.\w+)+(:\w+)?", node.value)):
-            found.append((node.lineno, node.value.partition(":")[0]))
-    return found
-
-
 def layer_violations(root: Path, foundations: set[str]) -> list[str]:
-    """Every import that crosses the layers wrongly, as 'file:line: ... imports module'."""
+    """Every import that crosses the layers wrongly, as 'file:line: ... imports module': import
+    statements anywhere in a file (function-level and typing ones included) and strings that
+    name a module of the package (a registry that imports it by name)."""
+    source = PackageSource(root.parent, root.name)
     stages = {p.name for p in root.iterdir() if (p / "__init__.py").exists()} - foundations
     problems = []
-    for path in sorted(root.rglob("*.py")):
+    for module, path in sorted(source.modules().items(), key=lambda item: item[1]):
         rel = path.relative_to(root)
         if str(rel) in ASSEMBLERS:
             continue
         owner = rel.parts[0] if len(rel.parts) > 1 else None
-        for line, module in imported_modules(path, root):
-            parts = module.split(".")
-            if parts[0] != root.name or len(parts) < 2 or parts[1] not in stages:
-                continue
-            if parts[1] == owner:
+        for line, target in sorted(source.imports(module, typing=True) + source.named(module)):
+            parts = target.split(".")
+            if len(parts) < 2 or parts[1] not in stages or parts[1] == owner:
                 continue
             kind = "stage" if owner in stages else "foundation"
             problem = (f"{root.name}/{rel}:{line}: {kind} {owner or rel.name} imports "
-                            f"{'.'.join(parts[:2])} (a stage): move what it needs into a "
-                            f"foundation, or read that stage's output file")
+                       f"{'.'.join(parts[:2])} (a stage): move what it needs into a "
+                       f"foundation, or read that stage's output file")
             if problem not in problems:
                 problems.append(problem)
     return problems

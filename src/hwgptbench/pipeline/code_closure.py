@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import argparse
 import ast
-import re
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 
+from .source_imports import PackageSource, parents
+
 PACKAGE = "hwgptbench"
 SRC = Path(__file__).resolve().parents[2]  # the folder holding the package's source
-NAMED_MODULE = re.compile(rf"{PACKAGE}(\.\w+)+(:\w+)?")
+SOURCE = PackageSource(SRC, PACKAGE)
 
 
 @cache
@@ -30,97 +31,20 @@ def registries() -> frozenset[str]:
                       *stages})
 
 
-def module_file(module: str) -> Path | None:
-    """The source file of a package module, or None when it is not one."""
-    base = SRC.joinpath(*module.split("."))
-    for path in (base.with_suffix(".py"), base / "__init__.py"):
-        if path.exists():
-            return path
-    return None
-
-
-def source_file(module: str) -> Path:
-    """The source file of a package module (which must be one)."""
-    path = module_file(module)
-    if path is None:
-        raise ValueError(f"{module} is no module of {PACKAGE}")
-    return path
-
-
-def is_package(module: str) -> bool:
-    return source_file(module).name == "__init__.py"
-
-
-def from_base(module: str, node: ast.ImportFrom) -> str:
-    """The module a ``from ... import`` inside ``module`` imports from."""
-    if not node.level:
-        return node.module or ""
-    parts = module.split(".")
-    parts = parts[: len(parts) - node.level + is_package(module)]
-    return ".".join(parts + ([node.module] if node.module else []))
-
-
 def resolved(module: str, node: ast.Import | ast.ImportFrom) -> set[str]:
     """Package modules an import statement inside ``module`` loads (parents included)."""
-    if isinstance(node, ast.Import):
-        names = [alias.name for alias in node.names]
-    else:
-        base = from_base(module, node)
-        exports = lazy_exports_of(base)
-        names = [base] + [f"{base}.{exports.get(alias.name, alias.name)}" for alias in node.names]
-    found = set()
-    for name in names:
-        parts = name.split(".")
-        if parts[0] == PACKAGE:
-            found |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)
-                      if module_file(".".join(parts[:i]))}
-    return found
-
-
-@cache
-def lazy_exports_of(package: str) -> dict[str, str]:
-    """The ``lazy_exports`` map of a package (name -> its submodule), empty for other modules:
-    ``from package import name`` loads that submodule when the name is used."""
-    path = module_file(package)
-    if path is None or path.name != "__init__.py":
-        return {}
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "lazy_exports"
-                and len(node.args) == 2 and isinstance(node.args[1], ast.Dict)):
-            pairs = zip(node.args[1].keys, node.args[1].values, strict=True)
-            return {k.value: v.value for k, v in pairs if isinstance(k, ast.Constant)
-                    and isinstance(v, ast.Constant) and isinstance(k.value, str)
-                    and isinstance(v.value, str)}
-    return {}
-
-
-def typing_only(node: ast.AST) -> bool:
-    """An ``if TYPE_CHECKING:`` block: its imports never run."""
-    return (isinstance(node, ast.If) and isinstance(node.test, ast.Name)
-            and node.test.id == "TYPE_CHECKING")
+    return {m for target in SOURCE.targets(module, node) for m in parents(target)}
 
 
 def imports_in(module: str, nodes: Iterable[ast.AST]) -> set[str]:
-    """Package modules imported by the import statements under nodes (those of
+    """Package modules loaded by the import statements under nodes (those of
     ``if TYPE_CHECKING:`` blocks aside)."""
-    found: set[str] = set()
-    todo = [n for n in nodes if not typing_only(n)]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            found |= resolved(module, node)
-        todo += [child for child in ast.iter_child_nodes(node) if not typing_only(child)]
-    return found
+    return {m for _, target in SOURCE.imports(module, nodes) for m in parents(target)}
 
 
 def top_level(tree: ast.Module) -> list[ast.stmt]:
     """A module's statements outside its functions and classes."""
     return [n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.ClassDef))]
-
-
-@cache
-def tree_of(module: str) -> ast.Module:
-    return ast.parse(source_file(module).read_text(encoding="utf-8"))
 
 
 def closure(modules: set[str]) -> set[str]:
@@ -141,9 +65,9 @@ def closure(modules: set[str]) -> set[str]:
 @cache
 def loads(module: str) -> frozenset[str]:
     """The package modules a module loads itself (:func:`closure`'s arrows)."""
-    if module_file(module) is None:
+    if SOURCE.module_file(module) is None:
         return frozenset()
-    tree = tree_of(module)
+    tree = SOURCE.tree(module)
     return frozenset(imports_in(module, top_level(tree) if module in registries() else [tree])
                      | dynamic_imports(module, tree))
 
@@ -152,11 +76,9 @@ def dynamic_imports(module: str, tree: ast.Module) -> set[str]:
     """Package modules a module may load by name rather than by an import statement: every
     module a string names (``"hwgptbench.predictors.mlp"``, ``"module:function"``), and every
     submodule of a package that imports ``f"{__name__}.{...}"`` (the search algorithms)."""
-    found = {node.value.partition(":")[0] for node in ast.walk(tree)
-             if isinstance(node, ast.Constant) and isinstance(node.value, str)
-             and NAMED_MODULE.fullmatch(node.value) and module_file(node.value.partition(":")[0])}
-    if is_package(module) and any(_imports_by_name(node) for node in ast.walk(tree)):
-        folder = source_file(module).parent
+    found = {target for _, target in SOURCE.named(module)}
+    if SOURCE.is_package(module) and any(_imports_by_name(node) for node in ast.walk(tree)):
+        folder = SOURCE.file(module).parent
         found |= {f"{module}.{p.stem}" for p in folder.glob("*.py") if p.stem != "__init__"}
     return found
 
@@ -175,9 +97,9 @@ def bound_modules(module: str, nodes: Iterable[ast.AST]) -> dict[str, str]:
     for node in nodes:
         for child in ast.walk(node):
             if isinstance(child, ast.ImportFrom):
-                base = from_base(module, child)
+                base = SOURCE.from_base(module, child)
                 bound |= {alias.asname or alias.name: f"{base}.{alias.name}"
-                          for alias in child.names if module_file(f"{base}.{alias.name}")}
+                          for alias in child.names if SOURCE.module_file(f"{base}.{alias.name}")}
     return bound
 
 
@@ -193,7 +115,7 @@ def handler(subcommand: str) -> tuple[str, str]:
 
 
 def functions_of(module: str) -> dict[str, ast.FunctionDef]:
-    return {n.name: n for n in tree_of(module).body if isinstance(n, ast.FunctionDef)}
+    return {n.name: n for n in SOURCE.tree(module).body if isinstance(n, ast.FunctionDef)}
 
 
 def _called(module: str, function: ast.FunctionDef, bound: dict[str, str]
@@ -224,7 +146,7 @@ def handler_functions(subcommand: str) -> frozenset[tuple[str, str]]:
         if (module, name) in visited or name not in functions:
             continue
         visited.add((module, name))
-        bound = bound_modules(module, top_level(tree_of(module)) + [functions[name]])
+        bound = bound_modules(module, top_level(SOURCE.tree(module)) + [functions[name]])
         todo += _called(module, functions[name], bound)
     return frozenset(visited)
 
@@ -236,13 +158,7 @@ def handler_modules(subcommand: str) -> frozenset[str]:
     imports inside those functions, and their closure."""
     direct: set[str] = set()
     for module, name in handler_functions(subcommand):
-        direct |= imports_in(module, [*top_level(tree_of(module)), functions_of(module)[name]])
+        direct |= imports_in(module, [*top_level(SOURCE.tree(module)), functions_of(module)[name]])
     followed = {module for module, _ in handler_functions(subcommand)}
     parents = {m.rsplit(".", i)[0] for m in followed for i in range(1, m.count(".") + 1)}
     return frozenset(followed | closure((direct | parents) - followed))
-
-
-def package_modules() -> set[str]:
-    """Every module of the package, by dotted name."""
-    return {".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
-            for path in (SRC / PACKAGE).rglob("*.py")}

@@ -30,7 +30,7 @@ from typing import TypeVar
 
 from ..errors import UserError
 from ..io import atomic_write_text
-from .code_closure import PACKAGE, SRC, closure, handler_modules, resolved, source_file
+from .code_closure import PACKAGE, SOURCE, SRC, closure, handler_modules, resolved
 
 T = TypeVar("T")
 log = logging.getLogger("hwgptbench")
@@ -203,7 +203,7 @@ def shared_files(root: Path) -> set[str]:
 
 def module_path(module: str) -> str:
     """A package module's file, relative to the project folder."""
-    return f"src/{source_file(module).relative_to(SRC).as_posix()}"
+    return f"src/{SOURCE.file(module).relative_to(SRC).as_posix()}"
 
 
 def stage_needs(root: Path, stage: Stage, jobs: list[Job]) -> set[str]:
