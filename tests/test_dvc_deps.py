@@ -37,7 +37,6 @@ from hwgptbench.pipeline.dvc_deps import (
     under,
     upstream,
 )
-from hwgptbench.pipeline.source_imports import typing_only
 from hwgptbench.settings import sections as settings_sections
 
 PARAMS_FILE = re.compile(r"results/\.params/([A-Za-z0-9_.]+)\.json")
@@ -178,14 +177,12 @@ def test_package_code_imports_lazy_names_from_their_modules() -> None:
     hides the module behind a name from the closure above, so package code imports the
     module itself: ``from ..moo.runner import run``, not ``from ..moo import run``."""
     lazy = {module: _defined_names(module) for module in SOURCE.modules()
-            if SOURCE.file(module).name == "__init__.py"
-            and "__getattr__" in SOURCE.file(module).read_text()}
+            if SOURCE.is_package(module) and "__getattr__" in SOURCE.file(module).read_text()}
     assert {PACKAGE, f"{PACKAGE}.moo"} <= set(lazy)  # the scan finds them
     found = []
     for module in sorted(SOURCE.modules()):
-        tree = ast.parse(SOURCE.file(module).read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and not typing_only(node):
+        for node in ast.walk(SOURCE.tree(module)):
+            if isinstance(node, ast.ImportFrom):
                 base = SOURCE.from_base(module, node)
                 found += [f"{module}: imports {alias.name} from {base}" for alias in node.names
                           if base in lazy and alias.name not in lazy[base]
@@ -195,9 +192,8 @@ def test_package_code_imports_lazy_names_from_their_modules() -> None:
 
 def _defined_names(module: str) -> set[str]:
     """Names a module defines at its top level (not lazily)."""
-    tree = ast.parse(SOURCE.file(module).read_text())
     names = set()
-    for node in tree.body:
+    for node in SOURCE.tree(module).body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, ast.Assign):
