@@ -67,6 +67,7 @@ run: $(VENV)/.installed
 	dvc repro
 	snakemake --report results/report.html
 	@echo "figures and tables: results/*/figures/, results/*/tables/; report: results/report.html"
+	hwgptbench status
 
 # The paper's figures and tables from the tables shipped in the package: no training, measuring
 # or network (docs/paper_scale.md). A DVC pipeline of its own (paper/dvc.yaml), so `make run`

@@ -1,15 +1,16 @@
 """dvc.yaml's dependencies are the code each stage runs (docs/workflow.md).
 
 `hwgptbench dvc-deps` (`make deps`, :mod:`hwgptbench.pipeline.dvc_deps`) writes each stage's
-code deps from one Snakemake dry run of every stage's target (``--forceall``: the whole chain
-of jobs): the import closure of each ``hwgptbench`` subcommand's handler inside the package,
-with the modules that the Snakefile itself imports (:mod:`hwgptbench.pipeline.code_closure`).
-Here the files are checked to be what it writes, and independently of the writer: every module
-of that closure must be covered by a ``deps`` entry of the stage or of a stage upstream of it,
-or `dvc status` would call the stage up to date after a change to code that changes its
-results. The same for params: the params.yaml sections that a stage's rules read (the
-``results/.params/{section}.json`` files they take as input) must be in the ``params:`` of the
-stage or of an upstream stage.
+code deps from one Snakemake dry run of every stage's target (``--forceall``): the import
+closure of each ``hwgptbench`` subcommand's handler that the stage's own jobs run, with the
+modules that the Snakefile itself imports (:mod:`hwgptbench.pipeline.code_closure`). Here the
+files are checked to be what it writes, and independently of the writer: every module of that
+closure must be covered by a ``deps`` entry of the stage itself, never by an upstream stage's
+(DVC reruns a stage only when its own deps change), or `dvc status` would call the stage up
+to date after a change to code that changes its results. The same for params: the
+params.yaml sections that a stage's rules read (the ``results/.params/{section}.json`` files
+they take as input) must be in the stage's own ``params:``. tests/test_workflow.py proves
+both by mutation, against a trace of what each stage's processes really ran.
 """
 
 from __future__ import annotations
@@ -24,18 +25,24 @@ import yaml
 from conftest import REPO_ROOT
 from hwgptbench import cli
 from hwgptbench.pipeline import dvc_deps
-from hwgptbench.pipeline.code_closure import PACKAGE, SOURCE, SRC, functions_of, handler_functions
+from hwgptbench.pipeline.code_closure import (
+    PACKAGE,
+    SOURCE,
+    SRC,
+    functions_of,
+    handler_functions,
+    handler_modules,
+)
 from hwgptbench.pipeline.dvc_deps import (
     SUBCOMMAND,
     Job,
     Stage,
-    chain,
     dry_run,
     dvc_stages,
     jobs_text,
+    own_jobs,
     stage_modules,
     under,
-    upstream,
 )
 from hwgptbench.settings import sections as settings_sections
 
@@ -67,15 +74,30 @@ def handler_reads(subcommand: str) -> frozenset[str]:
     return frozenset(sections)
 
 
+def file_sections(subcommand: str) -> frozenset[str]:
+    """The params sections that the modules a subcommand loads read from the workflow's
+    section files by name (``params_sections(top) / "measure.json"``) rather than through
+    ``--params``: a rule may pass such a file without the command loading it as params."""
+    found: set[str] = set()
+    for module in handler_modules(subcommand):
+        for node in ast.walk(SOURCE.tree(module)):
+            if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
+                    and isinstance(node.right, ast.Constant) and isinstance(node.right.value, str)
+                    and node.right.value.endswith(".json")
+                    and any(getattr(c, "attr", getattr(c, "id", None)) == "params_sections"
+                            for c in ast.walk(node.left))):
+                found.add(node.right.value.removesuffix(".json"))
+    return frozenset(found)
+
+
 def repo_path(module: str) -> str:
     return SOURCE.file(module).relative_to(REPO_ROOT).as_posix()
 
 
-def uncovered(stage: Stage, stages: list[Stage], modules: set[str]) -> list[str]:
-    """Files of modules that no deps entry of the stage or of an upstream stage covers."""
-    covering = [d for s in upstream(stage, stages) for d in s.deps]
+def uncovered(stage: Stage, modules: set[str]) -> list[str]:
+    """Files of modules that no deps entry of the stage itself covers."""
     files = {repo_path(m) for m in modules}
-    return sorted(f for f in files if not any(under(f, d) for d in covering))
+    return sorted(f for f in files if not any(under(f, d) for d in stage.deps))
 
 
 @pytest.fixture(scope="module")
@@ -88,20 +110,21 @@ def jobs(stages: list[Stage]) -> list[Job]:
     return dry_run(REPO_ROOT, sorted({s.target for s in stages}))
 
 
-def problems(stage: Stage, stages: list[Stage], jobs: list[Job]) -> list[str]:
-    """What the stage runs (code) and reads (params) that dvc.yaml does not make it depend
-    on, each with the line to add, and the code it depends on but never loads."""
-    needed = chain(stage.target, jobs)
+def problems(stage: Stage, jobs: list[Job]) -> list[str]:
+    """What the stage's own jobs run (code) and read (params) that dvc.yaml does not make it
+    depend on, each with the line to add, and the code it depends on but never loads."""
+    needed = own_jobs(stage, jobs)
     assert needed, f"stage {stage.name}: no Snakemake job makes {stage.target}"
     text = jobs_text(needed)
     modules = stage_modules(REPO_ROOT, text)
-    found = [f"stage {stage.name}: runs {path}; add `- {path}` to its deps in dvc.yaml (or to "
-             "a stage upstream of it)" for path in uncovered(stage, stages, modules)]
-    files = {repo_path(m) for m in modules}
+    found = [f"stage {stage.name}: runs {path}; add `- {path}` to its deps in dvc.yaml"
+             for path in uncovered(stage, modules)]
+    files = {repo_path(m) for m in modules} | {
+        f for m in modules for f in dvc_deps.package_data(REPO_ROOT, m)}
     found += [f"stage {stage.name}: depends on {dep}, which none of its jobs loads; remove it "
               "from its deps in dvc.yaml" for dep in stage.deps
               if dep.startswith(f"src/{PACKAGE}") and not any(under(f, dep) for f in files)]
-    declared = {p for s in upstream(stage, stages) for p in s.params}
+    declared = stage.params
     read = set(PARAMS_FILE.findall(text)) | ({"paper"} if PAPER_FILE.search(text) else set())
     return found + [f"stage {stage.name}: reads params {section}; add `- {section}` to its "
                     "params in dvc.yaml" for section in sorted(read)
@@ -114,8 +137,10 @@ def params_problems(job: Job) -> list[str]:
     inputs = " ".join(job.inputs)
     passed = set(PARAMS_FILE.findall(inputs)) | set(PAPER_FILE.findall(inputs))
     reads: set[str] = set()
+    by_name: set[str] = set()
     for subcommand in set(SUBCOMMAND.findall(job.shell)):
         reads |= handler_reads(subcommand)
+        by_name |= file_sections(subcommand)
     if not reads:
         return []
     found = [f"rule {job.rule}: its command reads params {s}; add its file to the rule's params "
@@ -123,7 +148,7 @@ def params_problems(job: Job) -> list[str]:
              if not any(p == s or p.startswith(s + ".") for p in passed)]
     return found + [f"rule {job.rule}: passes params {p}, which its command never reads; "
                     "remove it" for p in sorted(passed)
-                    if not any(p == s or p.startswith(s + ".") for s in reads)]
+                    if not any(p == s or p.startswith(s + ".") for s in reads | by_name)]
 
 
 @pytest.mark.e2e
@@ -143,7 +168,7 @@ def test_every_rule_passes_the_params_its_command_reads(jobs: list[Job]) -> None
 @pytest.mark.e2e
 def test_every_stage_depends_on_the_code_and_params_it_runs(stages: list[Stage],
                                                              jobs: list[Job]) -> None:
-    found = [problem for stage in stages for problem in problems(stage, stages, jobs)]
+    found = [problem for stage in stages for problem in problems(stage, jobs)]
     assert not found, "\n".join(found)
 
 
@@ -157,19 +182,29 @@ def test_a_missing_module_or_params_section_is_named(stages: list[Stage], jobs: 
     copy = [Stage(s.file, s.name, s.target, [d for d in s.deps if not under(fitting, d)],
                   s.params - {"surrogate"}, s.outs) for s in stages]
     stage = next(s for s in copy if s.name == name)
-    found = problems(stage, copy, jobs)
+    found = problems(stage, jobs)
     assert (f"stage {name}: runs src/hwgptbench/predictors/fitting.py; add "
-            "`- src/hwgptbench/predictors/fitting.py` to its deps in dvc.yaml (or to a stage "
-            "upstream of it)") in found
+            "`- src/hwgptbench/predictors/fitting.py` to its deps in dvc.yaml") in found
     assert found[-1] == (f"stage {name}: reads params surrogate; add `- surrogate` to its "
                          "params in dvc.yaml")
     assert not [line for line in found if "surrogate/commands.py" in line]
     # a stage's dependency on code that none of its jobs loads is named too
     extra = [Stage(s.file, s.name, s.target, [*s.deps, "src/hwgptbench/export/pt2.py"]
                    if s.name == "data" else s.deps, s.params, s.outs) for s in stages]
-    assert problems(next(s for s in extra if s.name == "data"), extra, jobs) == [
+    assert problems(next(s for s in extra if s.name == "data"), jobs) == [
         "stage data: depends on src/hwgptbench/export/pt2.py, which none of its jobs loads; "
         "remove it from its deps in dvc.yaml"]
+
+
+@pytest.mark.e2e
+def test_every_job_that_runs_a_command_takes_its_rules_code_as_input(jobs: list[Job]) -> None:
+    """Snakemake reruns a job when the code of its rule changes: its input is the rule's code
+    fingerprint (workflow/code/{rule}.txt, hashed when the Snakefile is parsed)."""
+    found = [f"rule {job.rule}: runs hwgptbench and takes no results/.code/{job.rule}.sha256; "
+             f"add `code=code(\"{job.rule}\")` to its input" for job in jobs
+             if SUBCOMMAND.search(job.shell) and f"results/.code/{job.rule}.sha256"
+             not in job.inputs]
+    assert not found, "\n".join(sorted(set(found)))
 
 
 def test_package_code_imports_lazy_names_from_their_modules() -> None:
@@ -239,7 +274,7 @@ stages:
       deps:
         - results/data
         - src/hwgptbench/model    # the whole package
-        - src/hwgptbench/published
+        - devices
         - workflow/report
       outs:
         - results/${item}/model.pt
@@ -255,11 +290,13 @@ def owned(entry: str) -> bool:
 
 
 def test_the_rewriter_replaces_code_deps_only() -> None:
-    """Comments, templates and the hand-written deps (data, a package folder holding data,
-    workflow/report) stay; the code entries are replaced where the first of them was, a kept
-    entry with its comment; a stage with no code deps gets them after its others."""
+    """Comments, templates and the hand-written deps (data, tables published from other
+    machines, workflow/report) stay; the generated entries (the package's code and data, the
+    workflow files) are replaced where the first of them was, a kept entry with its comment;
+    a stage with no generated deps gets them after its others."""
     assert owned("src/hwgptbench/model") and owned("src/hwgptbench/gone.py")
-    assert not owned("src/hwgptbench/published") and not owned("workflow/report")
+    assert owned("src/hwgptbench/published") and owned("workflow/rules")
+    assert not owned("devices") and not owned("workflow/report")
     wanted = {"data": ["src/hwgptbench/cli.py", "src/hwgptbench/io.py", "workflow/Snakefile"],
               "train": ["src/hwgptbench/model", "src/hwgptbench/space.py"],
               "plain": ["src/hwgptbench/layout.py"]}
@@ -300,7 +337,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     (tmp_path / "src").symlink_to(REPO_ROOT / "src")
     (tmp_path / "dvc.yaml").write_text(SMALL)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(dvc_deps, "generate", lambda root: wanted)
+    monkeypatch.setattr(dvc_deps, "generate", lambda root: dvc_deps.Generated(wanted, {}))
     return tmp_path / "dvc.yaml"
 
 

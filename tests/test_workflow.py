@@ -14,8 +14,9 @@ import polars as pl
 import pytest
 import yaml
 
-from conftest import make_project, run, set_param, tool_env, use_test_params
-from hwgptbench.cli import TRACE_ENV
+from conftest import REPO_ROOT, make_project, run, set_param, tool_env, use_test_params
+from hwgptbench.pipeline.dvc_deps import dvc_stages, under
+from tracing.reader import StageReads, stage_reads, traced_env
 
 pytestmark = pytest.mark.e2e  # spawns snakemake or dvc
 
@@ -50,9 +51,9 @@ def pushed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = make_project(tmp_path_factory.mktemp("e2e"))
     use_test_params(repo)
     run(["git", "commit", "-qam", "test params"], repo)
-    traces = repo.parent / "import-traces"  # what each command of the run loaded
+    traces = repo.parent / "traces"  # what each process of the run loaded and read
     traces.mkdir()
-    run(["dvc", "repro"], repo, env=tool_env() | {TRACE_ENV: str(traces)})
+    run(["dvc", "repro"], repo, env=traced_env(tool_env(), traces))
     assert (repo / "results" / "tiny" / "supernet" / "supernet-step-2.pt").exists()
     assert set(pl.read_parquet(repo / "results" / "tiny" / "perplexity.parquet")["train_steps"]
                ) == {2, 3}
@@ -75,26 +76,112 @@ def pushed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert set(exports.filter(pl.col("skipped").is_null())["format"]) == {"pt2", "hf"}
     assert dvc_status(repo) == {}
     assert snakemake_jobs(repo) == set()
+    # at one glance: the workflow is current, the paper's pipeline (`make paper`) not built
+    assert run(["hwgptbench", "status"], repo).stdout.splitlines() == [
+        "dvc.yaml: current (14 stages)", "paper/dvc.yaml: not built (make paper builds it)"]
     run(["dvc", "push"], repo)
     run(["git", "add", "dvc.lock"], repo)
     run(["git", "commit", "-qm", "results"], repo)
     return repo
 
 
-def test_code_deps_cover_what_every_command_loaded(pushed: Path) -> None:
-    """The modules each command of the whole run really loaded (its import trace) are in the
-    code that `hwgptbench.pipeline.code_closure` derives for it from the imports, from which
-    dvc.yaml's deps are written: nothing a command loads escapes its stage's dependencies."""
+@pytest.fixture(scope="module")
+def reads(pushed: Path) -> StageReads:
+    """What the processes of each DVC stage of the pushed run loaded and read (tests/tracing/:
+    a trace that every Python process of the run wrote, independent of the package)."""
+    tracked = set(run(["git", "ls-files"], pushed).stdout.split())
+    commands = {stage.name: (stage.target,) for stage in dvc_stages(pushed)}
+    return stage_reads(pushed.parent / "traces", commands, [pushed, REPO_ROOT], tracked)
+
+
+def test_code_deps_cover_what_every_command_loaded(reads: StageReads) -> None:
+    """The modules each command of the whole run really loaded (its trace) are in the code
+    that `hwgptbench.pipeline.code_closure` derives for it from the imports, from which the
+    stages' deps and the rules' code listings are written."""
     from hwgptbench.pipeline.code_closure import PACKAGE, closure, handler_modules
 
-    traces = sorted((pushed.parent / "import-traces").glob("*.txt"))
-    commands = {path.stem.rsplit("-", 1)[0] for path in traces}
-    assert {"data", "train", "measure", "search", "figures", "compress-table"} <= commands
-    for path in traces:
-        command = path.stem.rsplit("-", 1)[0]
+    assert {"data", "train", "measure", "search", "figures", "compress-table"} <= set(
+        reads.commands)
+    for command, loaded in reads.commands.items():
         derived = handler_modules(command) | closure({f"{PACKAGE}.cli"})
-        missed = set(path.read_text().split()) - derived
+        missed = loaded - derived
         assert not missed, f"{command} loaded {sorted(missed)}, which its derived code misses"
+
+
+def changed(value: object) -> object:
+    """Another value of the same kind (a mapping gains a key)."""
+    if isinstance(value, dict):
+        return {**value, "mutated": True}
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, list):
+        return [*value, "mutated"]
+    return f"{value}-mutated" if isinstance(value, str) else "mutated"
+
+
+def named_by_status(repo: Path) -> dict[str, set[str]]:
+    """Stage -> the deps (paths) and params keys that `dvc status` says changed."""
+    named: dict[str, set[str]] = {}
+    for stage, entries in dvc_status(repo).items():
+        for entry in entries:
+            for path, what in (entry.get("changed deps", {}) if isinstance(entry, dict)
+                               else {}).items():
+                named.setdefault(stage, set()).update(what if isinstance(what, dict) else [path])
+    return named
+
+
+def section_named(section: str, keys: set[str]) -> bool:
+    return any(k == section or k.startswith(section + ".") or section.startswith(k + ".")
+               for k in keys)
+
+
+def test_a_change_to_anything_a_stage_ran_makes_that_stage_stale(
+        pulled: Path, reads: StageReads) -> None:
+    """Proven by mutation: every project file that a stage's processes loaded or read (its
+    trace) edited at once in the pulled clone, and every params section that its commands
+    read changed, `dvc status` names each stage for each of them: its own deps cover them,
+    whatever a stage upstream of it lists (DVC reruns a stage only when its own deps
+    change; an upstream stage may rerun and write the same bytes)."""
+    repo = pulled
+    files = {file for stage_files in reads.files.values() for file in stage_files}
+    shared = {"src/hwgptbench/metrics.py", "src/hwgptbench/space.py",
+              "src/hwgptbench/meters/condition.py", "src/hwgptbench/model/gpt.py",
+              "src/hwgptbench/search_algorithms.py", "src/hwgptbench/settings/sections.py",
+              "src/hwgptbench/schemas/params.schema.yaml", "workflow/Snakefile",
+              "workflow/rules/search.smk"}
+    assert shared <= files, sorted(shared - files)
+    assert {"measure@tiny", "surrogates@tiny", "search@tiny"} <= {
+        stage for stage, stage_files in reads.files.items()
+        if "src/hwgptbench/metrics.py" in stage_files}
+    doc = yaml.safe_load((repo / "params.yaml").read_text())
+    sections = {section for read in reads.sections.values() for section in read}
+    assert {"measure", "search", "data"} <= sections
+    for section in sections:
+        *above, key = section.split(".")
+        node = doc
+        for part in above:
+            node = node[part]
+        node[key] = changed(node[key])
+    try:
+        (repo / "params.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        for file in files:
+            with open(repo / file, "a", encoding="utf-8") as handle:
+                handle.write("\n")
+        named = named_by_status(repo)
+    finally:
+        run(["git", "checkout", "--", "."], repo)
+    missed = [f"{stage}: {file}" for stage, stage_files in sorted(reads.files.items())
+              for file in sorted(stage_files)
+              if not any(under(file, dep) for dep in named.get(stage, ()))]
+    assert not missed, "edited, and dvc status does not name the stage that ran it:\n" + (
+        "\n".join(missed))
+    missed = [f"{stage}: {section}" for stage, read in sorted(reads.sections.items())
+              for section in sorted(read) if not section_named(section, named.get(stage, set()))]
+    assert not missed, "changed, and dvc status does not name the stage that read it:\n" + (
+        "\n".join(missed))
+    assert dvc_status(repo) == {}
 
 
 def fresh_clone(source: Path, dest: Path, remote: Path | None = None) -> Path:
@@ -127,10 +214,11 @@ def test_pull_into_fresh_clone_is_up_to_date_in_both_tools(pushed: Path, pulled:
     set_param(repo, ["surrogate", "seed"], 7)
     assert snakemake_jobs(repo) == {"surrogates_perplexity", "surrogates_device",
                                     "surrogate_quality"} | SEARCH_AND_FIGURES
-    assert set(dvc_status(repo)) == {"surrogates@tiny"}
+    # the search commands read the surrogate section too (the family they query)
+    assert set(dvc_status(repo)) == {"surrogates@tiny", "search@tiny"}
     # a search space that is not run changes nothing
     set_param(repo, ["spaces", "s", "n_layer"], [10, 12])
-    assert set(dvc_status(repo)) == {"surrogates@tiny"}
+    assert set(dvc_status(repo)) == {"surrogates@tiny", "search@tiny"}
     run(["git", "checkout", "params.yaml"], repo)
     set_param(repo, ["perplexity", "seed"], 7)
     assert snakemake_jobs(repo) == {"perplexity", "surrogates_perplexity",
@@ -153,12 +241,23 @@ def test_pull_into_fresh_clone_is_up_to_date_in_both_tools(pushed: Path, pulled:
     run(["git", "checkout", "params.yaml"], repo)
     assert snakemake_jobs(repo) == set()
     assert dvc_status(repo) == {}
-    # a stage's own subcommands are its code alone: DVC names that stage, not the data stage
+    # a stage's own subcommands are its code alone: DVC names that stage, not the data stage,
+    # and Snakemake plans its rules (their code fingerprints changed) and what they feed
     commands = repo / "src" / "hwgptbench" / "surrogate" / "commands.py"
     commands.write_text(commands.read_text() + "# edited\n")
     assert set(dvc_status(repo)) == {"surrogates@tiny"}
+    assert snakemake_jobs(repo) == {"surrogates_perplexity", "surrogates_device",
+                                    "surrogate_quality"} | SEARCH_AND_FIGURES
     run(["git", "checkout", str(commands)], repo)
     assert dvc_status(repo) == {}
+    assert snakemake_jobs(repo) == set()
+    # code that several stages run: each of them is stale in both tools
+    metrics = repo / "src" / "hwgptbench" / "metrics.py"
+    metrics.write_text(metrics.read_text() + "# edited\n")
+    assert {"measure@tiny", "surrogates@tiny", "search@tiny"} <= set(dvc_status(repo))
+    assert {"measure", "surrogates_device", "search"} <= snakemake_jobs(repo)
+    run(["git", "checkout", str(metrics)], repo)
+    assert dvc_status(repo) == {} and snakemake_jobs(repo) == set()
 
 
 def test_figures_regenerate_from_pulled_tables_alone(pulled: Path) -> None:

@@ -13,18 +13,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from . import __version__, params
 from .errors import UserError
 from .options import params_arg
 from .outputs import check_output_flags
 
-TRACE_ENV = "HWGPTBENCH_IMPORT_TRACE"  # a folder: each command writes the modules it loaded
 # subcommand -> the module whose register(add) adds it (with its siblings), in workflow order.
 # A command imports only its own module: `hwgptbench data` loads no other stage's code, so a
 # stage's DVC dependencies are its own commands (tests/test_cli.py holds the table to the
@@ -48,7 +45,8 @@ COMMANDS: dict[str, str] = {
     **dict.fromkeys(("export", "export-pareto", "evaluate"), "export.commands"),
     "query": "commands",
     "ship-tables": "published.commands",
-    **dict.fromkeys(("publish-device", "pull", "unlock-stale", "dvc-deps"), "pipeline.commands"),
+    **dict.fromkeys(("publish-device", "pull", "unlock-stale", "dvc-deps", "status"),
+                    "pipeline.commands"),
 }
 
 
@@ -109,20 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UserError, FileNotFoundError) as exc:
         print(f"hwgptbench {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    finally:
-        write_import_trace(args.command)
     return 0
-
-
-def write_import_trace(command: str) -> None:
-    """With ``HWGPTBENCH_IMPORT_TRACE=DIR``, write the package modules this process loaded
-    into ``DIR/{command}-{pid}.txt``: what a command really runs, which the DVC stages' code
-    dependencies must cover (tests/test_workflow.py checks them against it)."""
-    folder = os.environ.get(TRACE_ENV)
-    if not folder:
-        return
-    loaded = sorted(m for m in sys.modules if m.split(".")[0] == __package__)
-    (Path(folder) / f"{command}-{os.getpid()}.txt").write_text("\n".join(loaded) + "\n")
 
 
 if __name__ == "__main__":

@@ -58,6 +58,12 @@ def params_sections(results: str = RESULTS) -> str:
     return f"{results}/.params"
 
 
+def code_fingerprints(results: str = RESULTS) -> str:
+    """One hash per rule of the code its commands run, written by the workflow: an input of
+    the rule's jobs."""
+    return f"{results}/.code"
+
+
 def log(*parts: str, results: str = RESULTS) -> str:
     """A job's log: ``log("tiny", "supernet")`` is ``results/logs/tiny/supernet.log``."""
     return f"{results}/logs/{'/'.join(parts)}.log"

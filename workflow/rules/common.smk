@@ -3,6 +3,8 @@
 from functools import cache
 from pathlib import Path
 
+from hwgptbench.pipeline import fingerprints
+
 PARAMS = hwparams.write_sections(config, layout.params_sections())
 DATA_DIR = layout.data(config["data"]["name"])
 SCALES = config["workflow"]["scales"]
@@ -116,6 +118,14 @@ def results_folder(wildcards, input):
     return str(scale_dir.parent)
 
 
+def code(rule):
+    """A rule's code as an input: the fingerprint file of the files its commands load and read
+    (listed in workflow/code/{rule}.txt by `make deps`), written as the rule is parsed and
+    rewritten only when they change, so a code change reruns the rule's jobs as a params
+    change does (docs/workflow.md)."""
+    return fingerprints.code_input(rule)
+
+
 def params_flags(wildcards, input):
     """`--params FILE` for each params-section file among a rule's inputs (arguments, each
     quoted by `{params.files:q}`)."""
@@ -134,6 +144,9 @@ def search_inputs(wildcards):
     """Params and the surrogates a search of (scale, device) reads."""
     return {
         "params": [PARAMS["search"], PARAMS["surrogate"]],  # the space: the surrogates'
+        # the benchmark a search queries reads its default condition from the measure params
+        # (hwgptbench.api.RunTables), beside the section files it is given
+        "measure_params": PARAMS["measure"],
         "perplexity": rules.surrogates_perplexity.output[0].format(scale=wildcards.scale),
         "device": rules.surrogates_device.output[0].format(scale=wildcards.scale,
                                                            device=wildcards.device),

@@ -8,6 +8,7 @@ rule compress_dense:
     """The dense model: trained here (compress.source: pretrain; resumes) or imported from a
     local Hugging Face LLaMA-family checkpoint (huggingface)."""
     input:
+        code=code("compress_dense"),
         params=compress_params("name", "source", "checkpoint", "allow_pickle_weights", "space",
                                "pretrain"),
         data=DATA_DIR,
@@ -30,6 +31,7 @@ rule compress_finetune:
     """Importance order, import into the supernet of compress.space, one sandwich fine-tune
     (resumes)."""
     input:
+        code=code("compress_finetune"),
         params=compress_params("name", "space", "importance", "finetune"),
         data=DATA_DIR,
         dense=rules.compress_dense.output[0],
@@ -54,6 +56,7 @@ rule compress_search:
     """Sub-networks searched (NSGA-II, surrogate-assisted iterative), evaluated on held-out
     data and timed on this machine."""
     input:
+        code=code("compress_search"),
         params=compress_params("evaluate", "timing", "search"),
         data=DATA_DIR,
         supernet=rules.compress_finetune.output.model,
@@ -75,6 +78,7 @@ rule compress_table:
     """Dense vs found sub-networks vs quantized vs pruning baselines at matched size: size,
     throughput, perplexity, accuracy, against the fine-tuned largest sub-network."""
     input:
+        code=code("compress_table"),
         params=compress_params("evaluate", "timing", "search", "quantize", "table", "importance",
                                "finetune"),
         data=DATA_DIR,
@@ -98,6 +102,7 @@ rule compress_seed:
     """Another fine-tune seed of the comparison (compress.seeds > 1): fine-tune, search and
     table again with the fine-tune's and search's seeds offset by the index (resumes)."""
     input:
+        code=code("compress_seed"),
         params=compress_params("name", "space", "importance", "finetune", "evaluate", "timing",
                                "search", "quantize", "table", "seeds"),
         data=DATA_DIR,
@@ -122,6 +127,7 @@ rule compress_finetune_methods:
     """Full fine-tuning vs LoRA of the dense model, timed on this machine: trainable
     parameters, step time, peak memory (docs/runtime.md)."""
     input:
+        code=code("compress_finetune_methods"),
         params=compress_params("timing", "finetune_methods"),
         dense=rules.compress_dense.output[0],
     output:
@@ -142,6 +148,7 @@ rule compress:
     """The compression figure and table, the search's edge over the baselines (over every
     fine-tune seed), and the fine-tuning methods' costs (`snakemake compress`)."""
     input:
+        code=code("compress"),
         finetune_methods=rules.compress_finetune_methods.output[0],
         table=rules.compress_table.output[0],
         subnets=rules.compress_search.output.subnets,

@@ -1,6 +1,7 @@
 rule data:
     """Train the tokenizer on the corpus and write train/val token shards."""
     input:
+        code=code("data"),
         params=PARAMS["data"],
         corpus=corpus_files(config["data"]["corpus"]),
     output:

@@ -6,6 +6,7 @@ rule compress_export:
     """The Pareto sub-networks of export.pareto (and export.archs) of the compression's
     fine-tuned supernet, one folder each, with an index table."""
     input:
+        code=code("compress_export"),
         params=[PARAMS["export"], *compress_params("name", "timing")],
         data=DATA_DIR,
         supernet=rules.compress_finetune.output.model,

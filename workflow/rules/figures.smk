@@ -9,6 +9,7 @@ rule figures_of_scale:
     """Every figure, table and DVC plot file of a scale, from result tables only (no
     training, measuring or fitting: after `dvc pull` this is the only job)."""
     input:
+        code=code("figures_of_scale"),
         perplexity=rules.perplexity.output[0],
         measurements=rules.measurements.output[0],
         runtime=rules.runtime_merged.output.runtime,

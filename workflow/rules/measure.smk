@@ -7,6 +7,7 @@ rule measure:
     wildcard_constraints:
         device=MEASURED,
     input:
+        code=code("measure"),
         params=lambda wc: [PARAMS["measure"], PARAMS[f"spaces.{wc.scale}"]],
         archs=rules.sample_archs.output[0],
         **DATA_INPUT,
@@ -32,13 +33,14 @@ rule measure_device:
     wildcard_constraints:
         device=MEASURED,
     input:
-        expand(rules.measure.output[0], shard=range(MEASURE_SHARDS), allow_missing=True),
+        shards=expand(rules.measure.output[0], shard=range(MEASURE_SHARDS), allow_missing=True),
+        code=code("measure_device"),
     output:
         layout.device_table("{scale}", "{device}"),
     log:
         layout.log("{scale}", "measure_device-{device}"),
     shell:
-        "hwgptbench merge-shards --out {output:q} {input:q} 2>&1 | tee {log:q}"
+        "hwgptbench merge-shards --out {output:q} {input.shards:q} 2>&1 | tee {log:q}"
 
 
 rule measurements:
@@ -46,7 +48,8 @@ rule measurements:
     under devices/{scale}/ and any other present (pulled with DVC or copied into
     results/{scale}/measure/, which is made when this run measures nothing: a DVC output)."""
     input:
-        lambda wc: device_tables(wc.scale),
+        tables=lambda wc: device_tables(wc.scale),
+        code=code("measurements"),
     output:
         table=layout.measurements("{scale}"),
         metrics=layout.measure_metrics("{scale}"),
@@ -56,4 +59,4 @@ rule measurements:
         layout.log("{scale}", "measurements"),
     shell:
         "mkdir -p {params.measure_dir:q} && hwgptbench merge-devices --out {output.table:q}"
-        " --metrics-out {output.metrics:q} {input:q} 2>&1 | tee {log:q}"
+        " --metrics-out {output.metrics:q} {input.tables:q} 2>&1 | tee {log:q}"

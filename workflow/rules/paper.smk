@@ -6,8 +6,6 @@ training, measuring or network."""
 
 import json
 
-import hwgptbench
-
 from hwgptbench.figures.catalog import PAPER_SCALE_FIGURES, PAPER_SEARCH_FIGURES, PAPER_TABLES
 
 PAPER = config["paper"]
@@ -18,9 +16,10 @@ PAPER_SEARCH_PARAMS = hwparams.write_sections({"search": PAPER_SEARCH},
                                               layout.paper_params())["search"]
 EXTERNAL = PAPER["external"]
 
-# what ships with the package, from its manifest (read as data: the workflow imports no more
-# of the package than it must, since every stage's DVC deps hold what the Snakefile imports)
-SHIPPED = json.loads((Path(hwgptbench.__file__).parent / "published" / "manifest.json")
+# what ships with the package, from its manifest, read as data by its path in this checkout
+# (the workflow imports no more of the package than it must): every stage's DVC deps list it,
+# as every stage parses this file (`make deps` finds the package files the workflow names)
+SHIPPED = json.loads(Path("src/hwgptbench/published/manifest.json")
                      .read_text(encoding="utf-8"))["scales"]
 _unshipped = sorted({*PAPER["scales"], PAPER["search_scale"]} - set(SHIPPED))
 if _unshipped:
@@ -35,6 +34,8 @@ if _missing:
 
 rule paper_surrogates:
     """The surrogates of a scale's shipped tables, fitted once under results/paper/published/."""
+    input:
+        code=code("paper_surrogates"),
     output:
         layout.paper_surrogates("{paper_scale}"),
     wildcard_constraints:
@@ -57,6 +58,7 @@ PAPER_SEARCH_FLAGS = (f"--source published --scale {PAPER['search_scale']}"
 rule paper_search_reference:
     """Reference front of an objective set of the paper's search on a shipped device."""
     input:
+        code=code("paper_search_reference"),
         **PAPER_SEARCH_INPUTS,
     output:
         directory(layout.paper_search_reference("{paper_objectives}", "{paper_device}")),
@@ -76,6 +78,7 @@ rule paper_search_reference:
 rule paper_search:
     """All seeds of one algorithm of the paper's search (one job, one core)."""
     input:
+        code=code("paper_search"),
         **PAPER_SEARCH_INPUTS,
         reference=rules.paper_search_reference.output[0],
     output:
@@ -104,6 +107,7 @@ PAPER_SEARCH_TABLES = ["runs", "reference", "front", "final", "summary", "attain
 rule paper_search_summary:
     """The paper search's final reference fronts, scored runs and rank tests."""
     input:
+        code=code("paper_search_summary"),
         params=PAPER_SEARCH_PARAMS,
         references=expand(rules.paper_search_reference.output[0],
                           paper_objectives=PAPER_SEARCH["objectives"],
@@ -129,6 +133,7 @@ rule paper_external:
     """Few-shot transfer on HELP's and HAT's public latency data where paper.external names
     their folders; else a note that says it was skipped and how to add them."""
     input:
+        code=code("paper_external"),
         params=PARAMS["paper"],
         data=[path for path in (EXTERNAL["help_fbnet"], EXTERNAL["hat"]) if path],
     output:
@@ -144,6 +149,7 @@ rule paper_external:
 rule paper_tables:
     """Every table and figure of the paper (results/paper/tables, results/paper/figures)."""
     input:
+        code=code("paper_tables"),
         params=PARAMS["paper"],
         surrogates=expand(rules.paper_surrogates.output[0], paper_scale=PAPER["scales"]),
         search=rules.paper_search_summary.output.tables,

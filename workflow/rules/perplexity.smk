@@ -5,6 +5,7 @@ if IMPORTED:
         .dvc pointer pins the repository and the commit; files already there are kept), then
         their conversion to the perplexity table and an import report."""
         input:
+            code=code("perplexity"),
             params=lambda wc: [PARAMS["perplexity"], PARAMS[f"spaces.{wc.scale}"]],
         output:
             table=layout.perplexity("{scale}"),
@@ -34,6 +35,7 @@ else:
     rule perplexity:
         """Validation perplexity of the sampled archs with inherited supernet weights."""
         input:
+            code=code("perplexity"),
             params=PARAMS["perplexity"],
             data=DATA_DIR,
             supernet=rules.supernet.output.model,

@@ -5,6 +5,7 @@ rule runtime:
     wildcard_constraints:
         device=MEASURED,
     input:
+        code=code("runtime"),
         params=lambda wc: [PARAMS["runtime"], PARAMS["measure"], PARAMS[f"spaces.{wc.scale}"]],
         **DATA_INPUT,
         archs=rules.sample_archs.output[0],
@@ -32,6 +33,7 @@ rule runtime_merged:
     """The runtime, breakdown, serving and parallel tables of every device of a scale, one
     table each."""
     input:
+        code=code("runtime_merged"),
         runtime=lambda wc: runtime_tables(wc.scale),
         breakdown=lambda wc: beside_runtime_tables(layout.breakdown_table, wc.scale),
         serving=lambda wc: beside_runtime_tables(layout.serving_table, wc.scale),

@@ -13,6 +13,7 @@ rule search_reference:
     """Scaling, reference point and reference Pareto front of an objective set on a device."""
     input:
         unpack(search_inputs),
+        code=code("search_reference"),
     output:
         directory(layout.search_reference("{scale}", "{objectives}", "{device}")),
     params:
@@ -30,6 +31,7 @@ rule search:
     """All seeds of one algorithm on an objective set and device (one job: a small DAG)."""
     input:
         unpack(search_inputs),
+        code=code("search"),
         reference=rules.search_reference.output[0],
     output:
         directory(layout.search_runs("{scale}", "{objectives}", "{device}", "{algorithm}")),
@@ -52,6 +54,7 @@ rule search_summary:
     scored against them, final hypervolumes, per-algorithm summary, attainment surfaces, rank
     tests and the EAF difference of the best two algorithms."""
     input:
+        code=code("search_summary"),
         params=PARAMS["search"],
         references=lambda wc: expand(rules.search_reference.output[0], scale=wc.scale,
                                      objectives=SEARCH["objectives"], device=SEARCH_DEVICES),

@@ -2,6 +2,7 @@ rule supernet:
     """Train the weight-sharing supernet of a scale with the sandwich rule (resumes from
     results/{scale}/.train/ when killed)."""
     input:
+        code=code("supernet"),
         params=lambda wc: [PARAMS["supernet"], PARAMS[f"spaces.{wc.scale}"]],
         data=DATA_DIR,
     output:
@@ -33,6 +34,7 @@ rule sample_archs:
     """Sample the architectures of a scale that are evaluated and measured (from the space, or
     from the imported perplexity table with perplexity.source hwgptbench)."""
     input:
+        code=code("sample_archs"),
         params=lambda wc: [PARAMS["sample"], PARAMS[f"spaces.{wc.scale}"]],
         **DATA_INPUT,
         **({"table": layout.perplexity("{scale}")} if IMPORTED else {}),

@@ -1,6 +1,7 @@
 rule surrogates_perplexity:
     """Fit and cross-validate the perplexity surrogates of a scale."""
     input:
+        code=code("surrogates_perplexity"),
         params=lambda wc: [PARAMS["surrogate"], PARAMS[f"spaces.{wc.scale}"]],
         **DATA_INPUT,
         perplexity=rules.perplexity.output[0],
@@ -20,6 +21,7 @@ rule surrogates_perplexity:
 rule surrogates_device:
     """Fit and cross-validate the hardware surrogates of one device of a scale."""
     input:
+        code=code("surrogates_device"),
         params=lambda wc: [PARAMS["surrogate"], PARAMS[f"spaces.{wc.scale}"]],
         **DATA_INPUT,
         measurements=lambda wc: device_table(wc.scale, wc.device),
@@ -42,6 +44,7 @@ rule surrogate_quality:
     """The quality table of all surrogates of a scale, its DVC metrics file, and the merged
     out-of-fold predictions behind it."""
     input:
+        code=code("surrogate_quality"),
         perplexity=rules.surrogates_perplexity.output[0],
         devices=lambda wc: [layout.device_surrogates(wc.scale, device)
                             for device in device_labels(wc.scale)],

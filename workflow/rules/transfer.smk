@@ -8,6 +8,7 @@ rule transfer:
     every measured (device, condition) held out in turn, adapted from k of its archs; where
     the package ships the scale's tables of two devices or more, also across those devices."""
     input:
+        code=code("transfer"),
         params=lambda wc: [PARAMS["transfer"], PARAMS[f"spaces.{wc.scale}"]],
         **DATA_INPUT,
         measurements=rules.measurements.output[0],

@@ -1,6 +1,6 @@
 """The subcommands that operate the pipeline itself: ``publish-device`` and ``pull`` results
 through the DVC remote, ``unlock-stale`` after an interrupted run, ``dvc-deps`` to write
-dvc.yaml's code deps."""
+dvc.yaml's code deps, ``status`` to say what is current."""
 
 from __future__ import annotations
 
@@ -55,6 +55,15 @@ def cmd_dvc_deps(args: argparse.Namespace) -> None:
         raise UserError("\n".join(found))
 
 
+def cmd_status(args: argparse.Namespace) -> None:
+    """Say, a line per pipeline, whether its results are current, which stages are not, or that
+    it is not built yet (paper/dvc.yaml until `make paper`)."""
+    from .status import main
+
+    for line in main(Path.cwd()):
+        print(line)
+
+
 def register(add: Add) -> None:
     """Add the subcommands through the CLI's ``add``."""
     command = add("publish-device", cmd_publish_device)
@@ -77,3 +86,4 @@ def register(add: Add) -> None:
     command = add("dvc-deps", cmd_dvc_deps, params=False)
     command.add_argument("--check", action="store_true",
                          help="write nothing; fail naming each stage whose code deps differ")
+    add("status", cmd_status, params=False)

@@ -1,24 +1,27 @@
-"""dvc.yaml's code deps, written from the code each stage runs (``hwgptbench dvc-deps``).
+"""The stages' deps and the rules' code listings, written from what they run (``make deps``).
 
-One Snakemake dry run of every DVC stage's target (``--forceall``: the whole chain of jobs)
-gives each stage's jobs. A stage needs the files of the modules its jobs load (the Snakefile's,
-``cli.py``'s and each ``hwgptbench`` subcommand's, :mod:`.code_closure`), ``workflow/Snakefile``
-with the rule files that define no rule (parsed for every job), and the rule file of each of
-its jobs' rules. Its generated code deps are those files less what its hand-written deps or
-those of a stage upstream of it (by data deps) already cover: each file sorted, a folder of
-the package in place of its files where every file under it is a needed ``.py`` file (the
-outermost such folder). A ``foreach`` stage lists the union over its items.
+DVC reruns a stage only when its own deps change, so a stage lists everything its own jobs run
+and read, whatever an upstream stage lists. One Snakemake dry run of every DVC stage's target
+(``--forceall``) gives each stage's own jobs: those that make its target, short of the jobs
+that make one of its data deps (an upstream stage's). A stage needs the files of the modules
+its jobs load (the Snakefile's, ``cli.py``'s and each ``hwgptbench`` subcommand's,
+:mod:`.code_closure`), the data of their packages (the files in a package's folder that are no
+Python source), the Snakefile with every file it includes, the package files those name by
+path, and Snakemake's default profile. Its generated deps are those files less what its
+hand-written deps cover, sorted, a folder in place of its files where every file under it is
+listed (the outermost such folder). A ``foreach`` stage lists the union over its items.
 
-The deps blocks are rewritten as text: comments, templates (``${item}``) and the
-hand-written deps (data, ``devices``, ``workflow/report``, a package folder holding data
-such as ``src/hwgptbench/published``) stay as they are; the code entries are replaced, in
-place of the first of them.
+The deps blocks are rewritten as text: comments, templates (``${item}``) and the hand-written
+deps (data, ``devices``, ``workflow/report``) stay as they are; the generated entries are
+replaced, in place of the first of them. Each rule that runs a command also gets its code
+listing, ``workflow/code/{rule}.txt``, which the Snakefile fingerprints (:mod:`.fingerprints`).
 """
 
 from __future__ import annotations
 
 import ast
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -31,6 +34,7 @@ from typing import TypeVar
 from ..errors import UserError
 from ..io import atomic_write_text
 from .code_closure import PACKAGE, SOURCE, SRC, closure, handler_modules, resolved
+from .fingerprints import PLANNING_ENV
 
 T = TypeVar("T")
 log = logging.getLogger("hwgptbench")
@@ -109,12 +113,6 @@ def overlap(a: str, b: str) -> bool:
     return under(a, b) or under(b, a)
 
 
-def upstream(stage: Stage, stages: list[Stage]) -> list[Stage]:
-    """stage and every stage whose outputs it depends on, transitively."""
-    return reachable([stage], lambda current: [
-        s for s in stages if any(under(d, o) for d in current.deps for o in s.outs)])
-
-
 @dataclass
 class Job:
     """One job of Snakemake's dry run: its rule, input and output paths and shell command."""
@@ -129,7 +127,8 @@ def dry_run(root: Path, targets: list[str]) -> list[Job]:
     """Every job that makes the targets (``--forceall``: the whole chains), from one dry run."""
     result = subprocess.run(
         [shutil.which("snakemake") or "snakemake", "-n", "-p", "--forceall", *targets],
-        cwd=root, capture_output=True, text=True, check=False)
+        cwd=root, capture_output=True, text=True, check=False,
+        env={**os.environ, PLANNING_ENV: "1"})
     if result.returncode:
         raise UserError(f"snakemake's dry run of {' '.join(targets)} failed:\n"
                         f"{result.stderr[-2000:]}")
@@ -149,11 +148,17 @@ def parse_dry_run(output: str) -> list[Job]:
     return jobs
 
 
-def chain(target: str, jobs: list[Job]) -> list[Job]:
-    """The jobs that make target (a path or a rule name) and every job they need."""
-    roots = [j for j in jobs if j.rule == target or any(overlap(target, o) for o in j.outputs)]
-    return reachable(roots, lambda job: [
-        j for j in jobs if any(overlap(i, o) for i in job.inputs for o in j.outputs)])
+def own_jobs(stage: Stage, jobs: list[Job]) -> list[Job]:
+    """The jobs a stage runs: those that make its target and every job they need, short of
+    the jobs that make one of the stage's deps (an upstream stage makes those)."""
+    def upstream(job: Job) -> bool:
+        return any(overlap(o, d) for o in job.outputs for d in stage.deps)
+
+    roots = [j for j in jobs
+             if j.rule == stage.target or any(overlap(stage.target, o) for o in j.outputs)]
+    return reachable([j for j in roots if not upstream(j)], lambda job: [
+        j for j in jobs if not upstream(j)
+        and any(overlap(i, o) for i in job.inputs for o in j.outputs)])
 
 
 def jobs_text(jobs: Iterable[Job]) -> str:
@@ -161,9 +166,27 @@ def jobs_text(jobs: Iterable[Job]) -> str:
     return "\n".join(j.shell + " " + " ".join(j.inputs) for j in jobs)
 
 
+INCLUDE = re.compile(r"^include:\s*[\"']([^\"']+)[\"']", re.MULTILINE)
+WORKFLOW = "workflow"
+SNAKEFILE = f"{WORKFLOW}/Snakefile"
+RULE_CODE = f"{WORKFLOW}/code"  # one listing per rule: the files its commands load and read
+PROFILE = f"{WORKFLOW}/profiles/default/config.yaml"  # Snakemake's settings when run here
+
+
 def workflow_files(root: Path) -> list[Path]:
-    return [root / "workflow" / "Snakefile",
-            *sorted((root / "workflow" / "rules").glob("*.smk"))]
+    """The Snakefile and the files it includes: Snakemake parses them all for every job."""
+    snakefile = root / SNAKEFILE
+    included = INCLUDE.findall(snakefile.read_text(encoding="utf-8"))
+    return [snakefile, *(snakefile.parent / name for name in included)]
+
+
+def workflow_data(root: Path) -> set[str]:
+    """The package files that the workflow files read by their path (a string naming a file
+    under the package's source, such as the shipped tables' manifest)."""
+    named = re.compile(rf"[\"']({CODE}/[^\"']+)[\"']")
+    return {found for path in workflow_files(root)
+            for found in named.findall(path.read_text(encoding="utf-8"))
+            if (root / found).is_file()}
 
 
 @cache
@@ -179,26 +202,19 @@ def workflow_modules(root: Path) -> frozenset[str]:
     return frozenset(closure(found))
 
 
-def stage_modules(root: Path, text: str) -> set[str]:
-    """The package modules that jobs (their shell commands and inputs, as text) load: the
-    Snakefile's, the command line's and each subcommand's handler's."""
-    modules = set(workflow_modules(root)) | closure({f"{PACKAGE}.cli"})
+def command_modules(text: str) -> set[str]:
+    """The package modules that commands (shell lines, as text) load: the command line's and
+    each subcommand's handler's."""
+    modules = set(closure({f"{PACKAGE}.cli"}))
     for subcommand in sorted(set(SUBCOMMAND.findall(text))):
         modules |= handler_modules(subcommand)
     return modules
 
 
-@cache
-def rule_files(root: Path) -> dict[str, str]:
-    """Rule name -> the workflow file that defines it."""
-    return {name: path.relative_to(root).as_posix() for path in workflow_files(root)
-            for name in RULE.findall(path.read_text(encoding="utf-8"))}
-
-
-def shared_files(root: Path) -> set[str]:
-    """The Snakefile and the rule files that define no rule: parsed for every job."""
-    return {path.relative_to(root).as_posix() for path in workflow_files(root)
-            if path.name == "Snakefile" or not RULE.search(path.read_text(encoding="utf-8"))}
+def stage_modules(root: Path, text: str) -> set[str]:
+    """The package modules that jobs (their shell commands and inputs, as text) load: the
+    Snakefile's, the command line's and each subcommand's handler's."""
+    return set(workflow_modules(root)) | command_modules(text)
 
 
 def module_path(module: str) -> str:
@@ -206,28 +222,66 @@ def module_path(module: str) -> str:
     return f"src/{SOURCE.file(module).relative_to(SRC).as_posix()}"
 
 
+def package_data(root: Path, module: str) -> set[str]:
+    """The data a package reads: the files in its folder that are not Python source, and
+    those in its sub-folders that are no package (a module reads nothing else)."""
+    if not SOURCE.is_package(module):
+        return set()
+    folder = root / Path(module_path(module)).parent
+    found, todo = set(), [folder]
+    while todo:
+        current = todo.pop()
+        for path in current.iterdir():
+            if path.is_dir() and path.name != "__pycache__" and not (path / "__init__.py").exists():
+                todo.append(path)
+            elif path.is_file() and path.suffix not in (".py", ".pyc"):
+                found.add(path.relative_to(root).as_posix())
+    return found
+
+
+def code_files(root: Path, modules: Iterable[str]) -> set[str]:
+    """The files of modules and the data their packages read."""
+    modules = set(modules)
+    return {module_path(m) for m in modules} | {
+        f for m in modules for f in package_data(root, m)}
+
+
+def rule_code(root: Path, jobs: list[Job]) -> dict[str, list[str]]:
+    """Rule -> the files its commands load and read (its jobs' and its rule's text's
+    ``hwgptbench`` subcommands), for each rule that runs one; folders stand for their files
+    where exact."""
+    texts: dict[str, str] = {}
+    for path in workflow_files(root):
+        text = path.read_text(encoding="utf-8")
+        starts = [(m.start(), m[1]) for m in RULE.finditer(text)] + [(len(text), "")]
+        for (start, rule), (end, _) in zip(starts, starts[1:], strict=False):
+            texts[rule] = texts.get(rule, "") + text[start:end]
+    for job in jobs:
+        texts[job.rule] = texts.get(job.rule, "") + "\n" + job.shell
+    return {rule: collapse(root, code_files(root, command_modules(text)))
+            for rule, text in sorted(texts.items()) if SUBCOMMAND.search(text)}
+
+
 def stage_needs(root: Path, stage: Stage, jobs: list[Job]) -> set[str]:
-    """The code files a stage's jobs run: their modules, the shared workflow files and the
-    rule file of each of its jobs."""
-    needed = chain(stage.target, jobs)
+    """The files a stage runs and reads: the modules its jobs' commands and the Snakefile load
+    with their packages' data, the Snakefile with every file it includes, the package files
+    they read by path, and the profile it runs with (its ``cores`` are the jobs' threads).
+    The rules' code listings are no input of a result: they stand for code listed here
+    (:mod:`.fingerprints`)."""
+    needed = own_jobs(stage, jobs)
     if not needed:
         raise UserError(f"{stage.file}: stage {stage.name}: no Snakemake job makes "
                         f"{stage.target}")
-    files = {module_path(m) for m in stage_modules(root, jobs_text(needed))}
-    rules = rule_files(root)
-    return files | shared_files(root) | {rules[j.rule] for j in needed if j.rule in rules}
+    workflow = {p.relative_to(root).as_posix() for p in workflow_files(root)} | {PROFILE}
+    workflow |= workflow_data(root)
+    return code_files(root, stage_modules(root, jobs_text(needed))) | workflow
 
 
 def is_code(root: Path, entry: str) -> bool:
-    """A deps entry that the generator owns: workflow/Snakefile, a rule file, a package
-    module, or a package folder that holds nothing but ``.py`` files (or is gone)."""
-    if entry == "workflow/Snakefile" or re.fullmatch(r"workflow/rules/[^/]+\.smk", entry):
-        return True
-    if not entry.startswith(CODE + "/"):
-        return False
-    path = root / entry
-    return entry.endswith(".py") or not path.exists() or (
-        path.is_dir() and all(p.suffix == ".py" for p in folder_files(path)))
+    """A deps entry that the generator owns: the Snakefile, the default profile, a file or
+    folder under ``workflow/rules``, or anything under the package's source."""
+    return (entry in (SNAKEFILE, PROFILE) or entry.startswith(CODE + "/")
+            or under(entry, f"{WORKFLOW}/rules"))
 
 
 def folder_files(folder: Path) -> list[Path]:
@@ -236,29 +290,27 @@ def folder_files(folder: Path) -> list[Path]:
 
 
 def collapse(root: Path, files: set[str]) -> list[str]:
-    """files, sorted, the outermost package folder whose every file is a listed ``.py`` file
-    in place of its files."""
+    """files, sorted, the outermost folder (of the package, or ``workflow/rules``) whose every
+    file is listed in place of its files."""
     listed = set(files)
-    folders = {str(Path(f).parents[i]) for f in files if f.startswith(CODE + "/")
-               for i in range(len(Path(f).relative_to(CODE).parts) - 1)}
+    folders = {str(Path(f).parents[i]) for f in files for i in range(len(Path(f).parts) - 1)}
     for folder in sorted(folders, key=lambda f: (f.count("/"), f)):
+        if folder != f"{WORKFLOW}/rules" and not (under(folder, CODE) and folder != CODE):
+            continue
         contents = {p.relative_to(root).as_posix() for p in folder_files(root / folder)}
-        if contents and all(c.endswith(".py") for c in contents) and contents <= listed:
+        if contents and contents <= listed:
             listed = {f for f in listed if not under(f, folder)} | {folder}
     return sorted(listed)
 
 
 def generated_deps(root: Path, stages: list[Stage], jobs: list[Job]
                    ) -> dict[str, dict[str, list[str]]]:
-    """dvc.yaml file -> stage -> its generated code deps (see the module's docstring)."""
-    needs = {s.name: stage_needs(root, s, jobs) for s in stages}
+    """dvc.yaml file -> stage -> its generated deps (see the module's docstring)."""
     own: dict[tuple[str, str], set[str]] = {}
     for stage in stages:
-        above = [s for s in upstream(stage, stages) if s is not stage]
-        covering = [d for s in [*above, stage] for d in s.deps if not is_code(root, d)]
-        covering += [f for s in above for f in needs[s.name]]
+        written = [d for d in stage.deps if not is_code(root, d)]
         own.setdefault((stage.file, stage.base), set()).update(
-            f for f in needs[stage.name] if not any(under(f, c) for c in covering))
+            f for f in stage_needs(root, stage, jobs) if not any(under(f, d) for d in written))
     found: dict[str, dict[str, list[str]]] = {}
     for (file, base), files in own.items():
         found.setdefault(file, {})[base] = collapse(root, files)
@@ -344,17 +396,50 @@ def describe(current: list[str], wanted: list[str]) -> str:
     return f"its code deps differ from the code it runs ({'; '.join(parts) or 'out of order'})"
 
 
-def generate(root: Path) -> dict[str, dict[str, list[str]]]:
-    """dvc.yaml file -> stage -> the code deps it should list, from one dry run."""
+@dataclass
+class Generated:
+    """What ``make deps`` writes: each stage's deps (dvc.yaml file -> stage -> entries) and
+    each rule's code listing (rule -> entries)."""
+
+    deps: dict[str, dict[str, list[str]]]
+    rules: dict[str, list[str]]
+
+
+def generate(root: Path) -> Generated:
+    """The deps each stage should list and each rule's code listing, from one dry run."""
     stages = dvc_stages(root)
     jobs = dry_run(root, sorted({s.target for s in stages}))
-    return generated_deps(root, stages, jobs)
+    return Generated(generated_deps(root, stages, jobs), rule_code(root, jobs))
 
 
-def update(root: Path, wanted: Mapping[str, Mapping[str, list[str]]], check: bool
-           ) -> list[str]:
-    """Each stage whose code deps differ, as ``file: stage X: what``; without check, the
-    dvc.yaml files rewritten first (each atomically, once all are ready)."""
+def listing_text(rule: str, entries: list[str]) -> str:
+    return (f"# rule {rule}: the files its commands load and read, written by `make deps`\n"
+            + "".join(f"{entry}\n" for entry in entries))
+
+
+def listings_update(root: Path, rules: Mapping[str, list[str]]
+                    ) -> tuple[list[str], dict[Path, str | None]]:
+    """What differs between workflow/code/ and the rules' listings (lines), and each file to
+    write (its text) or delete (None)."""
+    folder = root / RULE_CODE
+    present = {p.stem: p for p in folder.glob("*.txt")} if folder.is_dir() else {}
+    found, changes = [], {}
+    for rule, entries in rules.items():
+        path, text = folder / f"{rule}.txt", listing_text(rule, entries)
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            found.append(f"{RULE_CODE}/{rule}.txt: its entries differ from the code rule "
+                         f"{rule} runs")
+            changes[path] = text
+    for rule in sorted(set(present) - set(rules)):
+        found.append(f"{RULE_CODE}/{rule}.txt: no rule {rule} runs a command")
+        changes[present[rule]] = None
+    return found, changes
+
+
+def update(root: Path, wanted: Generated, check: bool) -> list[str]:
+    """Each stage whose deps differ, as ``file: stage X: what``, and each rule listing that
+    differs; without check, the files rewritten first (each atomically, once all are
+    ready)."""
     def owned(entry: str) -> bool:
         return is_code(root, entry)
 
@@ -363,23 +448,29 @@ def update(root: Path, wanted: Mapping[str, Mapping[str, list[str]]], check: boo
         if (root / file).exists():
             text = (root / file).read_text(encoding="utf-8")
             found += [f"{file}: stage {stage}: {what}" for stage, what
-                      in differences(text, wanted.get(file, {}), owned, file).items()]
-            texts[file] = (text, rewrite(text, wanted.get(file, {}), owned, file))
-    for file, (old, new) in texts.items():
-        if new != old and not check:
-            atomic_write_text(root / file, new)
+                      in differences(text, wanted.deps.get(file, {}), owned, file).items()]
+            texts[root / file] = rewrite(text, wanted.deps.get(file, {}), owned, file)
+    listed, changes = listings_update(root, wanted.rules)
+    found += listed
+    if not check:
+        for path, new in {**texts, **changes}.items():
+            if new is None:
+                path.unlink()
+            elif not path.is_file() or path.read_text(encoding="utf-8") != new:
+                atomic_write_text(path, new)
     return found
 
 
 def main(check: bool, cwd: Path | None = None) -> list[str]:
-    """``hwgptbench dvc-deps``: rewrite the stages' code deps (or, with check, only name the
-    stages whose deps differ, each with the fix); returns those stages' lines."""
+    """``hwgptbench dvc-deps``: rewrite the stages' deps and the rules' code listings (or,
+    with check, only name those that differ, each with the fix); returns their lines."""
     root = repo_root(cwd)
     found = update(root, generate(root), check)
     if not found:
-        log.info("%s: every stage's code deps are the code it runs", ", ".join(DVC_FILES))
+        log.info("%s, %s/: every stage's deps and every rule's listing are the code it runs",
+                 ", ".join(DVC_FILES), RULE_CODE)
     elif check:
         return [f"{line}; {FIX}" for line in found]
     for line in found:
-        log.info("rewrote the code deps of %s", line)
+        log.info("rewrote %s", line)
     return found

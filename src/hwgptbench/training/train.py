@@ -29,6 +29,7 @@ import logging
 import math
 import os
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -142,13 +143,15 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainingSettings) -> torch.opti
 
 
 def code_fingerprint() -> str:
-    """Hash of the source of training, model and space: a code change starts training anew."""
-    package = Path(__file__).parents[1]
+    """Hash of the source of the training, model and space modules this process runs (loaded
+    by now): a change to that code starts training anew."""
+    package = __name__.partition(".")[0]
+    prefixes = tuple(f"{package}.{name}" for name in ("training", "model", "space"))
     digest = hashlib.sha256()
-    sources = [*sorted(package.glob("training/*.py")), package / "space.py",
-               *sorted(package.glob("model/*.py"))]
-    for path in sources:
-        digest.update(path.read_bytes())
+    for name in sorted(sys.modules):
+        file = getattr(sys.modules[name], "__file__", None)
+        if file and any(name == p or name.startswith(p + ".") for p in prefixes):
+            digest.update(Path(file).read_bytes())
     return digest.hexdigest()
 
 
