@@ -92,15 +92,23 @@ def extended(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_recipes_change_the_files_they_name_and_no_others(extended: Path) -> None:
-    """The new meter module joins the deps of the stages that load metrics.py (make deps
-    lists it); the new algorithm module is inside moo/algorithms/, which the search stages
-    list as a folder, so dvc.yaml needs nothing for it."""
+    """The new meter module joins the deps of the stages that load metrics.py and the code
+    listings of the rules whose commands do (make deps writes both); the new algorithm module
+    is inside moo/algorithms/, which the search stages list as a folder, so dvc.yaml needs
+    nothing for it."""
     recipes = {"src/hwgptbench/meters/toy.py", "src/hwgptbench/metrics.py",
                "src/hwgptbench/moo/algorithms/toy_walk.py",
                "src/hwgptbench/search_algorithms.py", "dvc.yaml"}
-    assert recipes <= changed_files(extended) <= recipes | {"paper/dvc.yaml"}
+    changed = changed_files(extended)
+    listings = {f for f in changed if f.startswith("workflow/code/")}
+    assert recipes <= changed <= recipes | {"paper/dvc.yaml"} | listings
     assert "src/hwgptbench/meters/toy.py" in (extended / "dvc.yaml").read_text()
     assert "toy_walk" not in (extended / "dvc.yaml").read_text()
+    # a rule's listing changed exactly where its commands now load the meter
+    loading = {p.relative_to(extended).as_posix()
+               for p in (extended / "workflow" / "code").glob("*.txt")
+               if "src/hwgptbench/meters/toy.py" in p.read_text()}
+    assert listings == loading and "workflow/code/measure.txt" in listings
 
 
 def test_a_metric_added_by_the_recipe_is_measured_by_the_cli(extended: Path, tmp_path: Path,

@@ -423,7 +423,8 @@ def listings_update(root: Path, rules: Mapping[str, list[str]]
     write (its text) or delete (None)."""
     folder = root / RULE_CODE
     present = {p.stem: p for p in folder.glob("*.txt")} if folder.is_dir() else {}
-    found, changes = [], {}
+    found: list[str] = []
+    changes: dict[Path, str | None] = {}
     for rule, entries in rules.items():
         path, text = folder / f"{rule}.txt", listing_text(rule, entries)
         if not path.is_file() or path.read_text(encoding="utf-8") != text:
