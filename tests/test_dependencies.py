@@ -51,8 +51,10 @@ def declared() -> set[str]:
 
 def imported_modules(*folders: Path) -> dict[str, set[str]]:
     """Top-level modules imported anywhere (functions included) in the folders' Python files
-    that are neither the standard library, the package itself, nor a module of the folders."""
+    that are neither the standard library, the package itself, nor a module or a folder of
+    modules of the folders."""
     local = {p.stem for folder in folders for p in folder.rglob("*.py")} | {"hwgptbench"}
+    local |= {p.parent.name for folder in folders for p in folder.rglob("*/*.py")}
     found: dict[str, set[str]] = {}
     for folder in folders:
         for path in folder.rglob("*.py"):

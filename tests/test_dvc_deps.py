@@ -119,8 +119,7 @@ def problems(stage: Stage, jobs: list[Job]) -> list[str]:
     modules = stage_modules(REPO_ROOT, text)
     found = [f"stage {stage.name}: runs {path}; add `- {path}` to its deps in dvc.yaml"
              for path in uncovered(stage, modules)]
-    files = {repo_path(m) for m in modules} | {
-        f for m in modules for f in dvc_deps.package_data(REPO_ROOT, m)}
+    files = dvc_deps.code_files(REPO_ROOT, modules) | dvc_deps.workflow_data(REPO_ROOT)
     found += [f"stage {stage.name}: depends on {dep}, which none of its jobs loads; remove it "
               "from its deps in dvc.yaml" for dep in stage.deps
               if dep.startswith(f"src/{PACKAGE}") and not any(under(f, dep) for f in files)]

@@ -6,10 +6,11 @@ and read, whatever an upstream stage lists. One Snakemake dry run of every DVC s
 that make one of its data deps (an upstream stage's). A stage needs the files of the modules
 its jobs load (the Snakefile's, ``cli.py``'s and each ``hwgptbench`` subcommand's,
 :mod:`.code_closure`), the data of their packages (the files in a package's folder that are no
-Python source), the Snakefile with every file it includes, the package files those name by
-path, and Snakemake's default profile. Its generated deps are those files less what its
-hand-written deps cover, sorted, a folder in place of its files where every file under it is
-listed (the outermost such folder). A ``foreach`` stage lists the union over its items.
+Python source) and the package files they name in ``PACKAGE_FILES``, the Snakefile with every
+file it includes, the package files those name by path, and Snakemake's default profile. Its
+generated deps are those files less what its hand-written deps cover, sorted, a folder in place
+of its files where every file under it is listed (the outermost such folder). A ``foreach``
+stage lists the union over its items.
 
 The deps blocks are rewritten as text: comments, templates (``${item}``) and the hand-written
 deps (data, ``devices``, ``workflow/report``) stay as they are; the generated entries are
@@ -171,6 +172,7 @@ WORKFLOW = "workflow"
 SNAKEFILE = f"{WORKFLOW}/Snakefile"
 RULE_CODE = f"{WORKFLOW}/code"  # one listing per rule: the files its commands load and read
 PROFILE = f"{WORKFLOW}/profiles/default/config.yaml"  # Snakemake's settings when run here
+DATA_NAME = "PACKAGE_FILES"  # a module's package files that it reads by path
 
 
 def workflow_files(root: Path) -> list[Path]:
@@ -239,11 +241,25 @@ def package_data(root: Path, module: str) -> set[str]:
     return found
 
 
+def declared_data(root: Path, module: str) -> set[str]:
+    """The package files a module reads by path and names in its ``PACKAGE_FILES`` (a tuple of
+    globs relative to the package, such as the sources a training checkpoint hashes)."""
+    found: set[str] = set()
+    for node in SOURCE.tree(module).body:
+        if (isinstance(node, ast.Assign) and isinstance(node.value, (ast.Tuple, ast.List))
+                and any(getattr(t, "id", None) == DATA_NAME for t in node.targets)):
+            for item in node.value.elts:
+                if isinstance(item, ast.Constant) and isinstance(item.value, str):
+                    found |= {p.relative_to(root).as_posix()
+                              for p in (root / CODE).glob(item.value) if p.is_file()}
+    return found
+
+
 def code_files(root: Path, modules: Iterable[str]) -> set[str]:
-    """The files of modules and the data their packages read."""
+    """The files of modules and the data they and their packages read."""
     modules = set(modules)
     return {module_path(m) for m in modules} | {
-        f for m in modules for f in package_data(root, m)}
+        f for m in modules for f in package_data(root, m) | declared_data(root, m)}
 
 
 def rule_code(root: Path, jobs: list[Job]) -> dict[str, list[str]]:

@@ -29,7 +29,6 @@ import logging
 import math
 import os
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -142,16 +141,18 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainingSettings) -> torch.opti
                              fused=False, foreach=False)
 
 
+# the package files a checkpoint's code fingerprint hashes, relative to the package: read as
+# data, so `make deps` lists them in the deps of the stages that train
+PACKAGE_FILES = ("training/*.py", "space.py", "model/*.py")
+
+
 def code_fingerprint() -> str:
-    """Hash of the source of the training, model and space modules this process runs (loaded
-    by now): a change to that code starts training anew."""
-    package = __name__.partition(".")[0]
-    prefixes = tuple(f"{package}.{name}" for name in ("training", "model", "space"))
+    """Hash of the source of training, model and space: a code change starts training anew."""
+    package = Path(__file__).parents[1]
     digest = hashlib.sha256()
-    for name in sorted(sys.modules):
-        file = getattr(sys.modules[name], "__file__", None)
-        if file and any(name == p or name.startswith(p + ".") for p in prefixes):
-            digest.update(Path(file).read_bytes())
+    for pattern in PACKAGE_FILES:
+        for path in sorted(package.glob(pattern)):
+            digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
