@@ -24,7 +24,14 @@ from hwgptbench.errors import UserError
 from hwgptbench.measure import stage
 from hwgptbench.meters import runner
 from hwgptbench.meters.condition import Condition
-from test_measure_groups import ARCHS, SPACE, VOCAB, _budget_for, _section
+from test_measure_groups import (
+    ARCHS,
+    SPACE,
+    VOCAB,
+    _budget_for,
+    _section,
+    _without_contention_visits,
+)
 
 CONDITION = Condition(1, 16, "fp32")
 
@@ -92,7 +99,7 @@ def test_memory_taken_mid_group_splits_the_rest_into_smaller_groups(
     monkeypatch.setattr(pressure, "available_bytes", machine)
     monkeypatch.setattr(runner, "build_model", machine.building(runner.build_model))
     out = tmp_path / "shard.parquet"
-    section = _section(memory_budget_gb=capacity / GB)
+    section = _without_contention_visits(_section(memory_budget_gb=capacity / GB))
     real_shrink = campaign._Campaign.shrink
     saved: list[int] = []
 
