@@ -285,7 +285,7 @@ stages:
 
 
 def owned(entry: str) -> bool:
-    return dvc_deps.is_code(REPO_ROOT, entry)
+    return dvc_deps.is_code(entry)
 
 
 def test_the_rewriter_replaces_code_deps_only() -> None:

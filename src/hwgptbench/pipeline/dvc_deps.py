@@ -35,7 +35,7 @@ from typing import TypeVar
 from ..errors import UserError
 from ..io import atomic_write_text
 from .code_closure import PACKAGE, SOURCE, SRC, closure, handler_modules, resolved
-from .fingerprints import PLANNING_ENV
+from .fingerprints import PLANNING_ENV, folder_files
 
 T = TypeVar("T")
 log = logging.getLogger("hwgptbench")
@@ -175,20 +175,22 @@ PROFILE = f"{WORKFLOW}/profiles/default/config.yaml"  # Snakemake's settings whe
 DATA_NAME = "PACKAGE_FILES"  # a module's package files that it reads by path
 
 
-def workflow_files(root: Path) -> list[Path]:
+@cache
+def workflow_files(root: Path) -> tuple[Path, ...]:
     """The Snakefile and the files it includes: Snakemake parses them all for every job."""
     snakefile = root / SNAKEFILE
     included = INCLUDE.findall(snakefile.read_text(encoding="utf-8"))
-    return [snakefile, *(snakefile.parent / name for name in included)]
+    return (snakefile, *(snakefile.parent / name for name in included))
 
 
-def workflow_data(root: Path) -> set[str]:
+@cache
+def workflow_data(root: Path) -> frozenset[str]:
     """The package files that the workflow files read by their path (a string naming a file
     under the package's source, such as the shipped tables' manifest)."""
     named = re.compile(rf"[\"']({CODE}/[^\"']+)[\"']")
-    return {found for path in workflow_files(root)
-            for found in named.findall(path.read_text(encoding="utf-8"))
-            if (root / found).is_file()}
+    return frozenset(found for path in workflow_files(root)
+                     for found in named.findall(path.read_text(encoding="utf-8"))
+                     if (root / found).is_file())
 
 
 @cache
@@ -224,13 +226,15 @@ def module_path(module: str) -> str:
     return f"src/{SOURCE.file(module).relative_to(SRC).as_posix()}"
 
 
-def package_data(root: Path, module: str) -> set[str]:
+@cache
+def package_data(root: Path, module: str) -> frozenset[str]:
     """The data a package reads: the files in its folder that are not Python source, and
     those in its sub-folders that are no package (a module reads nothing else)."""
     if not SOURCE.is_package(module):
-        return set()
+        return frozenset()
     folder = root / Path(module_path(module)).parent
-    found, todo = set(), [folder]
+    found: set[str] = set()
+    todo = [folder]
     while todo:
         current = todo.pop()
         for path in current.iterdir():
@@ -238,10 +242,11 @@ def package_data(root: Path, module: str) -> set[str]:
                 todo.append(path)
             elif path.is_file() and path.suffix not in (".py", ".pyc"):
                 found.add(path.relative_to(root).as_posix())
-    return found
+    return frozenset(found)
 
 
-def declared_data(root: Path, module: str) -> set[str]:
+@cache
+def declared_data(root: Path, module: str) -> frozenset[str]:
     """The package files a module reads by path and names in its ``PACKAGE_FILES`` (a tuple of
     globs relative to the package, such as the sources a training checkpoint hashes)."""
     found: set[str] = set()
@@ -252,7 +257,7 @@ def declared_data(root: Path, module: str) -> set[str]:
                 if isinstance(item, ast.Constant) and isinstance(item.value, str):
                     found |= {p.relative_to(root).as_posix()
                               for p in (root / CODE).glob(item.value) if p.is_file()}
-    return found
+    return frozenset(found)
 
 
 def code_files(root: Path, modules: Iterable[str]) -> set[str]:
@@ -293,16 +298,11 @@ def stage_needs(root: Path, stage: Stage, jobs: list[Job]) -> set[str]:
     return code_files(root, stage_modules(root, jobs_text(needed))) | workflow
 
 
-def is_code(root: Path, entry: str) -> bool:
+def is_code(entry: str) -> bool:
     """A deps entry that the generator owns: the Snakefile, the default profile, a file or
     folder under ``workflow/rules``, or anything under the package's source."""
     return (entry in (SNAKEFILE, PROFILE) or entry.startswith(CODE + "/")
             or under(entry, f"{WORKFLOW}/rules"))
-
-
-def folder_files(folder: Path) -> list[Path]:
-    """The files under a folder, Python's byte-code caches aside."""
-    return [p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
 
 
 def collapse(root: Path, files: set[str]) -> list[str]:
@@ -324,7 +324,7 @@ def generated_deps(root: Path, stages: list[Stage], jobs: list[Job]
     """dvc.yaml file -> stage -> its generated deps (see the module's docstring)."""
     own: dict[tuple[str, str], set[str]] = {}
     for stage in stages:
-        written = [d for d in stage.deps if not is_code(root, d)]
+        written = [d for d in stage.deps if not is_code(d)]
         own.setdefault((stage.file, stage.base), set()).update(
             f for f in stage_needs(root, stage, jobs) if not any(under(f, d) for d in written))
     found: dict[str, dict[str, list[str]]] = {}
@@ -457,9 +457,7 @@ def update(root: Path, wanted: Generated, check: bool) -> list[str]:
     """Each stage whose deps differ, as ``file: stage X: what``, and each rule listing that
     differs; without check, the files rewritten first (each atomically, once all are
     ready)."""
-    def owned(entry: str) -> bool:
-        return is_code(root, entry)
-
+    owned = is_code
     found, texts = [], {}
     for file in DVC_FILES:
         if (root / file).exists():

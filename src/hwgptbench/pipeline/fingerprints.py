@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..io import atomic_write_text, sha256_file
-from ..layout import code_fingerprints
+from ..layout import RESULTS, code_fingerprints
 
 LISTINGS = "workflow/code"
 # set by `make deps` for its dry run, which plans the jobs before their listings exist
@@ -37,14 +37,18 @@ def listing(rule: str, root: Path) -> list[str]:
     return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
 
 
+def folder_files(folder: Path) -> list[Path]:
+    """The files under a folder, Python's byte-code caches aside, sorted."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
 def entry_files(entry: str, root: Path) -> list[Path]:
-    """The files an entry stands for: itself, or every file under the folder (byte-code
-    caches aside), sorted."""
+    """The files an entry stands for: itself, or every file under the folder."""
     path = root / entry
     if path.is_file():
         return [path]
     if path.is_dir():
-        return sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        return folder_files(path)
     raise UserError(f"{path}: listed as code in {LISTINGS}/ but missing; {FIX}")
 
 
@@ -63,11 +67,11 @@ def fingerprint(entries: list[str], root: Path) -> str:
     return digest.hexdigest()
 
 
-def code_input(rule: str, root: str | Path = ".", results: str | None = None) -> str:
+def code_input(rule: str, root: str | Path = ".", results: str = RESULTS) -> str:
     """The path of ``rule``'s code fingerprint, (re)written first where its hash changed."""
     root = Path(root)
     text = fingerprint(listing(rule, root), root) + "\n"
-    folder = code_fingerprints() if results is None else code_fingerprints(results)
+    folder = code_fingerprints(results)
     target = root / folder / f"{rule}.sha256"
     if not target.is_file() or target.read_text(encoding="utf-8") != text:
         atomic_write_text(target, text)
