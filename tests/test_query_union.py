@@ -1,6 +1,7 @@
 """Benchmark.load on a shipped scale answers for the union of the shipped devices, the devices
 measured here and those adapted here: a local table never hides a shipped device of another
-label, a label in both is answered from here (and logged), perplexity from here where the run
+label, a label the measure stage measured here and shipped is answered from here (with a
+warning), one adapted under a shipped label is not used, perplexity from here where the run
 has its surrogates."""
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def test_union_of_shipped_local_and_adapted_devices(union: tuple[Path, pl.DataFr
     with caplog.at_level(logging.INFO, logger="hwgptbench.api"):
         bench = Benchmark.load("s", root)
     assert bench.devices == sorted([GPU, CPU, NEW, ADAPTED])
-    assert f"{CPU}: measured here and shipped with the package" in caplog.text
+    assert f"{CPU}: measured here by the measure stage and shipped with the package" in caplog.text
     shipped = Benchmark.from_published("s", root)
     run = Benchmark.load("s", root, source="results")
     assert run.devices == sorted([CPU, NEW, ADAPTED])
@@ -199,3 +200,28 @@ def test_cli_queries_a_local_and_a_shipped_device(union: tuple[Path, pl.DataFram
         expected = bench.query([arch], "latency_ms", device=device,
                                condition=CONDITION if device != GPU else "b1-t128-bf16-eager")
         assert pl.read_csv(out)["latency_ms"][0] == pytest.approx(expected["latency_ms"][0])
+
+
+def test_a_device_adapted_under_a_shipped_label_never_answers_for_it(
+        published_s: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Rows adapted under the shipped CPU's label (written before `adapt` refused it) are set
+    aside with a warning: the shipped table keeps answering, its measured archs with their
+    measured values in --mode auto."""
+    root = tmp_path / "results"
+    shutil.copytree(published_s / "published", root / "published")
+    space = published.space("s")
+    base = TransferSettings.of({**_params()["transfer"], **TRANSFER})
+    shipped_cpu = published.device_tables("s")[CPU]
+    adapt_device(base, space, published.vocab_size("s"), device_table(space, GPU, 1.0),
+                 device_table(space, CPU, 20_000.0, 12, seed=1), CPU, 8,
+                 layout.adapted("s", str(root)))
+    with caplog.at_level(logging.WARNING, logger="hwgptbench.api"):
+        bench = Benchmark.load("s", root)
+    assert f"{CPU}: adapted here under the label of a shipped table; not used" in caplog.text
+    shipped = Benchmark.from_published("s", root)
+    ids = shipped_cpu["arch_id"].head(3).to_list()
+    for mode in ("auto", "surrogate"):
+        assert bench.query(ids, "latency_ms", device=CPU, mode=mode).equals(
+            shipped.query(ids, "latency_ms", device=CPU, mode=mode))
+    measured = bench.query(ids, "latency_ms", device=CPU, condition=CONDITION, mode="auto")
+    assert measured["latency_ms"].to_list() == shipped_cpu["latency_ms"].head(3).to_list()

@@ -366,7 +366,8 @@ def test_every_condition_of_a_metric_is_adapted(measurements: pl.DataFrame,
     both = pl.concat([measurements, decode], how="diagonal_relaxed")
     new = both.filter(pl.col("device") == "gpu-b")
     written = adapt_device(SECTION, SPACE, VOCAB, both.filter(pl.col("device") != "gpu-b"), new,
-                           "new-gpu", 10, tmp_path / "tiny" / "adapted", method="ensemble")
+                           "new-gpu", 10, tmp_path / "tiny" / "adapted",
+                           method="ensemble").written
     conditions = {row["condition"] for row in written}
     assert len(conditions) == new.select("batch_size", "seq_len", "workload").n_unique() >= 2
     bench = Benchmark.load("tiny", tmp_path)

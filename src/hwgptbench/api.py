@@ -38,7 +38,7 @@ import logging
 import os
 import reprlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -289,6 +289,27 @@ class RunTables:
                    measured_default(Path(layout.params_sections(top)) / "measure.json"),
                    adapted_defaults(adapted))
 
+    def without_adapted(self, shipped: set[str]) -> RunTables:
+        """These tables less the devices adapted here under a shipped device's label (``adapt``
+        refuses such a label: a few measured archs never answer in place of a shipped table),
+        with a warning naming each."""
+        clash = {row["device"] for row in self.adapted} & shipped
+        clash -= {row["device"] for row in self.rows}
+        if not clash:
+            return self
+        for device in sorted(clash):
+            log.warning("%s: adapted here under the label of a shipped table; not used, the "
+                        "shipped table answers for it (adapt again with --device %s-mine)",
+                        device, device)
+        measurements = self.measurements
+        if measurements is not None and "device" in measurements.columns:
+            measurements = measurements.filter(~pl.col("device").is_in(sorted(clash)))
+        return replace(self, adapted=[row for row in self.adapted if row["device"] not in clash],
+                       measurements=measurements,
+                       adapted_defaults={device: condition for device, condition
+                                         in self.adapted_defaults.items()
+                                         if device not in clash})
+
     def default_conditions(self) -> dict[str, str]:
         """The condition a query of each device here takes when it names none: the measure
         params' first, or for a device only adapted here the one `hwgptbench adapt` chose."""
@@ -401,12 +422,14 @@ class Benchmark:
                         "--source published, queries the shipped tables)", run.surrogates,
                         scale)
             return cls._of_run(scale, family, run)
+        tables = published.device_tables(scale)
+        run = run.without_adapted(set(tables))
         fitted = run.fitted_devices()
         here = fitted | run.measured_devices()
-        tables = published.device_tables(scale)
         for device in sorted(set(tables) & here):
-            log.info("%s: measured here and shipped with the package; answering from %s",
-                     device, run.surrogates.parent)
+            log.warning("%s: measured here by the measure stage and shipped with the package; "
+                        "its table here answers for it (source='published', --source "
+                        "published: the shipped one)", device)
         device_free = any(row["metric"] in DEVICE_FREE for row in run.rows)
         kept = [row for row in shipped_rows
                 if row["device"] not in fitted

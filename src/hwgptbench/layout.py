@@ -248,6 +248,12 @@ def adapted(scale: str, results: str = RESULTS) -> str:
     return f"{results}/{scale}/adapted"
 
 
+def adapt_progress(scale: str, device: str, results: str = RESULTS) -> str:
+    """The rows ``hwgptbench adapt`` measured on ``device``, kept until every condition is
+    adapted (a rerun resumes from them)."""
+    return f"{results}/{scale}/.adapt/{device}"
+
+
 def transfer(scale: str, results: str = RESULTS) -> str:
     return f"{results}/{scale}/transfer"
 

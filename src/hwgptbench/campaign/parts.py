@@ -1,5 +1,5 @@
-"""The resume folder of one measure shard (``{out}.parts/``): what an interrupted job has
-measured, so that a rerun measures only the rest.
+"""The resume folder of one measure shard (``{out}.parts/``) or of the archs ``adapt``
+measures: what an interrupted job has measured, so that a rerun measures only the rest.
 
 It holds the inputs stamp, each condition's group plan (saved again when the campaign splits
 the rest into smaller groups), a parquet file per measured group, each condition's per-arch
@@ -7,28 +7,32 @@ rows (energy, memory and FLOPs are measured one arch at a time, so a rerun keeps
 group it did not finish; its interleaved timing needs the whole group and is run again) and a
 marker per group that started and did not finish, with the memory free when it started, the
 kernel's count of OOM kills then and, for a group that failed, the error: a rerun says why
-that group did not finish.
+that group did not finish. Once a condition is finished (its contended rows timed again, its
+repeat subset timed), its rows are stored whole: a rerun times only its rows still contended.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from .. import __version__
 from ..errors import UserError
-from ..io import atomic_write_json, read_json, read_parquet, write_parquet
+from ..io import atomic_write_json, canonical_json, read_json, read_parquet, write_parquet
 from ..meters.condition import Condition
 from ..metrics import measurement_frame
 from ..outputs import make_own_dir, remove_own_dir
-from ..space import Arch
+from ..settings.sections import MeasureSettings
+from ..space import Arch, SearchSpace
 from .budget import GB, Group, GroupPlan
 from .pressure import oom_kills
 
@@ -39,28 +43,47 @@ class ResumeStateError(UserError, ValueError):
     message names it and how to restart."""
 
 
-RERUN = "rerun the same `hwgptbench measure` command"
 COMMAND = "measure"  # the command whose marker a shard's resume folder carries
 GROUP_COLUMNS = {"arch_id": pl.String, "status": pl.String, "latency_ms": pl.Float64,
                  "latency_anchor_only": pl.Boolean}
 
 
-class ShardParts:
-    """The resumable progress of one shard job: its group plans and a part file per measured
-    group, in ``{out}.parts/``. The folder belongs to one set of inputs (settings, archs,
-    device): a folder left by other inputs is discarded, so a restarted job measures only the
-    groups not yet written, with the settings they were planned with. A file of the folder
-    that cannot be read back (not JSON or parquet, or not what this class writes) is refused
-    with :class:`ResumeStateError`, which says what to delete."""
+def inputs_key(section: MeasureSettings, space: SearchSpace, archs: Sequence[Arch],
+               vocab_size: int, label: str) -> str:
+    """Hash of everything a campaign's rows depend on: what a stored part must have been
+    measured with to be reused."""
+    doc = {"measure": {k: v for k, v in asdict(section).items()
+                       if k not in ("device", "aliases")},
+           "space": space.name, "spec": repr(space), "archs": [a.id for a in archs],
+           "vocab_size": vocab_size, "label": label, "version": __version__}
+    return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
 
-    def __init__(self, root: str | os.PathLike[str], key: str) -> None:
-        self.root = make_own_dir(root, COMMAND)  # a path it did not make is refused
+
+@dataclass(frozen=True)
+class Owner:
+    """The command a resume folder belongs to: its marker, and how a user reruns it."""
+
+    command: str = COMMAND
+    rerun: str = "rerun the same `hwgptbench measure` command"
+
+
+class ShardParts:
+    """The resumable progress of one campaign (a shard job, or the archs ``adapt`` measures):
+    its group plans, a part file per measured group and the rows of each finished condition,
+    in ``{out}.parts/``. The folder belongs to one set of inputs (settings, archs, device): a
+    folder left by other inputs is discarded, so a restarted job measures only the groups not
+    yet written, with the settings they were planned with. A file of the folder that cannot be
+    read back (not JSON or parquet, or not what this class writes) is refused with
+    :class:`ResumeStateError`, which says what to delete."""
+
+    def __init__(self, root: str | os.PathLike[str], key: str, owner: Owner = Owner()) -> None:
+        self.owner = owner
+        self.root = make_own_dir(root, owner.command)  # a path it did not make is refused
         stamp = self.root / "inputs.json"
         if stamp.is_file() and self._key(stamp) != key:
-            log.warning("%s: left by other settings or archs; measuring the shard anew",
-                        self.root)
-            remove_own_dir(self.root, COMMAND)
-            make_own_dir(self.root, COMMAND)
+            log.warning("%s: left by other settings or archs; measuring anew", self.root)
+            remove_own_dir(self.root, owner.command)
+            make_own_dir(self.root, owner.command)
         if not stamp.is_file():
             atomic_write_json(stamp, {"key": key})
 
@@ -68,12 +91,12 @@ class ShardParts:
         """The error for a plan or stamp file (or the folder) that cannot be read back."""
         return ResumeStateError(f"{path}: {why}; the resume state of this shard is damaged: "
                                 f"delete the folder {self.root} (the shard is measured anew) "
-                                f"and {RERUN}")
+                                f"and {self.owner.rerun}")
 
     def _json(self, path: Path) -> Any:
         """A JSON file of the folder."""
         return read_json(path, f"delete the folder {self.root} (the shard is measured anew) "
-                               f"and {RERUN}")
+                               f"and {self.owner.rerun}")
 
     def _key(self, stamp: Path) -> str | None:
         """The inputs key the folder was written for (None: no stamp)."""
@@ -139,7 +162,7 @@ class ShardParts:
         path = self._arch_rows_path(condition)
         if not path.is_file():
             return {}
-        fix = f"delete {path} (its archs are measured again) and {RERUN}"
+        fix = f"delete {path} (its archs are measured again) and {self.owner.rerun}"
         table = read_parquet(path, fix)
         if (table.schema.get("arch_id") != pl.String or "status" not in table.columns
                 or table["arch_id"].is_duplicated().any()
@@ -194,7 +217,7 @@ class ShardParts:
         path = self.part(condition, index)
         if not path.is_file():
             return None
-        fix = f"delete {path} (its group is measured again) and {RERUN}"
+        fix = f"delete {path} (its group is measured again) and {self.owner.rerun}"
         table = read_parquet(path, fix)
         missing = [c for c, dtype in GROUP_COLUMNS.items()
                    if table.schema.get(c) not in (dtype, pl.Null)]
@@ -209,9 +232,29 @@ class ShardParts:
                                    f"{len(group.members)} archs; {fix}")
         return table.to_dicts()
 
+    def _finished_path(self, condition: Condition) -> Path:
+        return self.root / f"{condition.id}.rows.parquet"
+
+    def finished(self, condition: Condition, archs: Sequence[Arch]
+                 ) -> list[dict[str, Any]] | None:
+        """The stored rows of a finished condition (one per arch of ``archs``), or None."""
+        path = self._finished_path(condition)
+        if not path.is_file():
+            return None
+        fix = f"delete {path} (its condition is measured again) and {self.owner.rerun}"
+        table = read_parquet(path, fix)
+        if (table.schema.get("arch_id") != pl.String
+                or Counter(table["arch_id"].to_list()) != Counter(a.id for a in archs)):
+            raise ResumeStateError(f"{path}: not one row per arch of this campaign; {fix}")
+        return table.to_dicts()
+
+    def write_finished(self, condition: Condition, rows: Sequence[dict[str, Any]]) -> None:
+        """Store a finished condition's rows (atomically)."""
+        write_parquet(measurement_frame(list(rows)), self._finished_path(condition))
+
     def remove(self) -> None:
-        """Delete the folder (once the shard's table is written)."""
-        remove_own_dir(self.root, COMMAND)
+        """Delete the folder (once the campaign's table is written)."""
+        remove_own_dir(self.root, self.owner.command)
 
 
 def _indices(values: Any) -> tuple[int, ...]:

@@ -98,6 +98,11 @@ class _Campaign:
     settings: Settings
     watch: MemoryWatch
     parts: ShardParts | None = None
+    deadline: float | None = None  # time.monotonic() after which no group or visit starts
+
+    def out_of_time(self) -> bool:
+        """Whether the campaign's time bound has passed (never, without one)."""
+        return self.deadline is not None and time.monotonic() > self.deadline
 
     def costs(self, condition: Condition) -> tuple[list[int], list[int]]:
         """The shard's weight and activation bytes under condition (:func:`shard_costs`)."""
@@ -121,11 +126,13 @@ class _Campaign:
                  plan.peak_bytes / GB, budget / GB)
         return plan
 
-    def measure_condition(self, condition: Condition, desc: str) -> list[dict[str, Any]]:
-        """The condition's rows from its groups (those stored by an earlier run reused). Before
-        a group starts and before each of its models is built, the memory free is checked
-        (:class:`~.pressure.MemoryWatch`); when other processes took it, the rest of the
-        condition is split into smaller groups (:meth:`shrink`)."""
+    def measure_condition(self, condition: Condition, desc: str
+                          ) -> list[dict[str, Any]] | None:
+        """The condition's rows from its groups (those stored by an earlier run reused), or
+        None where the time bound passed before a group to measure (the groups measured are
+        stored). Before a group starts and before each of its models is built, the memory free
+        is checked (:class:`~.pressure.MemoryWatch`); when other processes took it, the rest of
+        the condition is split into smaller groups (:meth:`shrink`)."""
         parts = self.parts
         plan = (parts.plan(condition, functools.partial(self.plan, condition), len(self.archs))
                 if parts else self.plan(condition))
@@ -142,6 +149,11 @@ class _Campaign:
                     log.warning("%s: group %d did not finish in an earlier run (%s); measuring "
                                 "it again", condition.id, g, why)
             shortfall = None
+            if stored is None and self.out_of_time():
+                progress.close()
+                log.warning("%s: the time bound passed with %d of %d groups measured; the "
+                            "rest is measured by a rerun", condition.id, g, len(plan.groups))
+                return None
             if stored is None:
                 stored, shortfall = self._measure_watched(condition, plan.groups[g], g)
             if shortfall is not None:
@@ -285,6 +297,10 @@ class _Campaign:
             pending = [row for row in rows if self.contended(row)]
             if not pending:
                 break
+            if self.out_of_time():
+                log.warning("%s: %d rows still contended are not timed again: the time bound "
+                            "passed (a rerun times them again)", condition.id, len(pending))
+                break
             time.sleep(bounds.wait_s)
             anchors = [row for row in rows if row["status"] == "ok" and row.get("latency_ms")
                        and not self.contended(row)][:self.section.group_anchors]
@@ -311,8 +327,9 @@ class _Campaign:
                 if not self.contended(again) or (again["latency_wall_cpu_ratio"] or 0) < (
                         row["latency_wall_cpu_ratio"] or 0):
                     row.update(again)
-        for row in rows:
-            row["latency_remeasured"] = visits.get(row["arch_id"], 0)
+        for row in rows:  # a row stored by an earlier run keeps the visits it had
+            row["latency_remeasured"] = visits.get(row["arch_id"],
+                                                   row.get("latency_remeasured") or 0)
             if row["status"] == "ok" and row.get("latency_ms"):
                 row["latency_contended"] = self.contended(row)
         still = sum(self.contended(row) for row in rows)
@@ -346,7 +363,7 @@ class _Campaign:
         REPEAT_MIN), drawn with the seed, as many as fit the memory budget together."""
         share = self.section.repeat_share
         candidates = [a for a in self.archs if a.id in measured]
-        if share <= 0 or len(candidates) < 2:
+        if share <= 0 or len(candidates) < 2 or self.out_of_time():
             return []
         wanted = min(len(candidates), max(REPEAT_MIN, math.ceil(share * len(candidates))))
         order = [candidates[i] for i in
@@ -402,7 +419,8 @@ def assemble(plan: GroupPlan, groups: Sequence[list[dict[str, Any]]], archs: Seq
 
 def measure_rows(section: MeasureSettings, space: SearchSpace, archs: Sequence[Arch],
                  vocab_size: int, label: str, desc: str = "measure",
-                 parts: ShardParts | None = None) -> list[dict[str, Any]]:
+                 parts: ShardParts | None = None, deadline: float | None = None
+                 ) -> list[dict[str, Any]]:
     """Rows of every (arch, condition) on this machine, labelled ``label``.
 
     With ``measure.interleave`` the latency of the archs of a condition is timed round-robin
@@ -412,10 +430,16 @@ def measure_rows(section: MeasureSettings, space: SearchSpace, archs: Sequence[A
     (:mod:`hwgptbench.measure.budget`), checked against the memory free before each model is
     built (:mod:`.pressure`: groups are split when other processes took memory); with
     ``parts``, each group's rows (and each arch's) are stored as they complete and what an
-    earlier run stored is not measured again. Once a condition's
-    groups are measured, ``measure.repeat_share`` of its archs are timed again in a separate
-    visit (``latency_repeat_ms``; null on the other rows): the repeatability a latency
-    surrogate is judged against.
+    earlier run stored is not measured again. Once a condition's groups are measured, its
+    contended rows are timed again (:meth:`_Campaign.retime_contended`) and
+    ``measure.repeat_share`` of its archs are timed again in a separate visit
+    (``latency_repeat_ms``; null on the other rows): the repeatability a latency surrogate is
+    judged against. With ``parts``, the finished condition's rows are stored; a rerun reads
+    them and times again only those still contended.
+
+    ``deadline`` (a ``time.monotonic()`` value) bounds the campaign: past it, no group, visit
+    or repeat subset starts (the one under way finishes), and the conditions not finished are
+    left out of the rows returned (their groups measured so far stored in ``parts``).
     """
     device = default_device()
     settings = measure_settings(section, device)
@@ -431,14 +455,25 @@ def measure_rows(section: MeasureSettings, space: SearchSpace, archs: Sequence[A
             log.info("idle power of %s: %s W (subtracted in energy_above_idle_mj)", resolved,
                      "unmeasured" if meter.idle_w is None else f"{meter.idle_w:.1f}")
         campaign = _Campaign(section, space, archs, vocab_size, device, meter, settings,
-                             MemoryWatch.on(device), parts)
+                             MemoryWatch.on(device), parts, deadline)
         for condition in conditions(section, space, device):
-            measured = campaign.measure_condition(condition, desc)
-            campaign.retime_contended(condition, measured)
-            repeats = campaign.repeat_latencies(condition, measured)
-            rows += [{"device": resolved, "scale": space.name, **row,
-                      "latency_repeat_ms": repeats.get(row["arch_id"]),
-                      "latency_interleaved": section.interleave, "energy_idle_w": meter.idle_w,
-                      **identity, **versions}
-                     for row in measured]
+            finished = parts.finished(condition, archs) if parts else None
+            if finished is not None:
+                log.info("%s: %d rows stored by an earlier run; their contended ones are timed "
+                         "again", condition.id, len(finished))
+                campaign.retime_contended(condition, finished)
+            else:
+                measured = campaign.measure_condition(condition, desc)
+                if measured is None:
+                    continue
+                campaign.retime_contended(condition, measured)
+                repeats = campaign.repeat_latencies(condition, measured)
+                finished = [{"device": resolved, "scale": space.name, **row,
+                             "latency_repeat_ms": repeats.get(row["arch_id"]),
+                             "latency_interleaved": section.interleave,
+                             "energy_idle_w": meter.idle_w, **identity, **versions}
+                            for row in measured]
+            if parts:
+                parts.write_finished(condition, finished)
+            rows += finished
     return rows

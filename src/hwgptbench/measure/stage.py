@@ -11,19 +11,16 @@ label, its hardware fingerprint and the software versions, so tables from many m
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import asdict
 
 import polars as pl
 
-from .. import __version__
-from ..campaign.parts import ShardParts
+from ..campaign.parts import ShardParts, inputs_key
 from ..campaign.shard import measure_rows
 from ..errors import MeasurementError
-from ..io import canonical_json, write_parquet
+from ..io import write_parquet
 from ..metrics import measurement_frame
 from ..settings.sections import MeasureSettings
 from ..space import Arch, SearchSpace
@@ -40,17 +37,6 @@ def parse_shard(text: str) -> tuple[int, int]:
     if not 0 <= index < count:
         raise MeasurementError(f"--shard: {text!r} needs 0 <= i < n")
     return index, count
-
-
-def inputs_key(section: MeasureSettings, space: SearchSpace, archs: Sequence[Arch],
-               vocab_size: int, label: str) -> str:
-    """Hash of everything a shard's rows depend on: what a part file must have been measured
-    with to be reused."""
-    doc = {"measure": {k: v for k, v in asdict(section).items()
-                       if k not in ("device", "aliases")},
-           "space": space.name, "spec": repr(space), "archs": [a.id for a in archs],
-           "vocab_size": vocab_size, "label": label, "version": __version__}
-    return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
 
 
 def measure_shard(section: MeasureSettings, space: SearchSpace, archs: Sequence[Arch],

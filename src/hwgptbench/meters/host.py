@@ -91,20 +91,23 @@ def auto_label(fp: Mapping[str, Any]) -> str:
 def resolve_label(label: str, fp: Mapping[str, Any],
                   aliases: Mapping[str, str] | None = None) -> str:
     """The label to file results under: 'auto' gives auto_label(fp); any other label must equal
-    it or be mapped to it by aliases (label -> auto label), else DeviceMismatchError."""
+    it, extend it by a '-' and words of its own (``cpu-amd-epyc-1t-mine``: this machine, named
+    apart from another of the same model), or be mapped to it by aliases (label -> auto
+    label), else DeviceMismatchError."""
     detected = auto_label(fp)
     if label == "auto":
         return detected
     if not _SLUG.fullmatch(label):
         raise ValueError(f"device label {label!r} is not a slug of [a-z0-9] words joined by '-'")
     aliases = aliases or {}
-    if label == detected or aliases.get(label) == detected:
+    if (label == detected or label.startswith(f"{detected}-")
+            or aliases.get(label) == detected):
         return label
     target = f" (an alias of {aliases[label]!r})" if label in aliases else ""
     raise DeviceMismatchError(
         f"device label {label!r}{target} does not match the detected hardware {detected!r} "
-        f"({fp['device_name']}); use 'auto', {detected!r}, or add {label!r}: {detected!r} "
-        "to the device aliases")
+        f"({fp['device_name']}); use 'auto', {detected!r}, {detected + '-mine'!r}, or add "
+        f"{label!r}: {detected!r} to the device aliases")
 
 
 def named_device() -> str:

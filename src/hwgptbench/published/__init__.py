@@ -233,6 +233,27 @@ def device_tables(scale: str, folder: str | os.PathLike[str] = FOLDER
     return {label: _read(file, Path(folder)) for label, file in sorted(devices.items())}
 
 
+def device_labels(scale: str, folder: str | os.PathLike[str] = FOLDER) -> list[str]:
+    """The labels of the scale's shipped device tables (none for a scale that ships none)."""
+    if scale not in scales(folder):
+        return []
+    return sorted(entry(scale, folder).get("devices", {}))
+
+
+def check_unshipped_label(scale: str, label: str, flag: str,
+                          folder: str | os.PathLike[str] = FOLDER) -> None:
+    """Refuse to file a device adapted here under the label of a shipped device table of
+    ``scale``: a label names one table, and a few measured archs must neither hide the
+    shipped table nor mix another machine's numbers into it."""
+    if label in device_labels(scale, folder):
+        raise PublishedTablesError(
+            f"{flag} {label}: the package ships a {scale} table of {label} "
+            f"({device_file(scale, label)}), measured on another machine of this model; a "
+            f"device adapted here gets a label of its own: {flag} {label}-mine (this "
+            "machine's label extended by a word names it too), and the shipped table keeps "
+            f"answering for {label}")
+
+
 def default_conditions(scale: str, folder: str | os.PathLike[str] = FOLDER) -> dict[str, str]:
     """The condition a query of each shipped device takes when it names none, by label."""
     devices = entry(scale, folder).get("devices", {})

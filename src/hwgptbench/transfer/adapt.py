@@ -11,6 +11,13 @@ metric and condition of the new device, k of its measured archs are selected, an
 beside them holds the device's default condition and the estimate of each surrogate's error:
 its leave-one-out error on the k archs and, with validation archs (measured archs the fit did
 not see), its Spearman ρ, share within ±10%, MdAPE and interval coverage on them.
+
+Measured here, the rows are kept as they are measured (the measure stage's resume folder,
+:class:`~hwgptbench.campaign.parts.ShardParts`, under ``results/{scale}/.adapt/{device}/``), so
+a rerun of the same command measures only what is missing and times again the rows still
+contended; a time bound (``--max-minutes``) stops the measuring between groups and visits. A
+condition whose rows cannot fit a surrogate (fewer than k usable archs) is reported with its
+counts and skipped; the others are adapted and saved.
 """
 
 from __future__ import annotations
@@ -19,14 +26,14 @@ import logging
 import math
 import os
 import re
+import time
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
-from tqdm import tqdm
 
 from .. import layout, published
 from ..adaptation.methods import make_method
@@ -34,11 +41,12 @@ from ..adaptation.model import AdaptedSurrogate
 from ..adaptation.sources import fit_sources
 from ..adaptation.targets import Profiles, TransferError, long_table, targets_of
 from ..api import ADAPTED_SUMMARY
+from ..campaign.parts import Owner, ShardParts, inputs_key
 from ..campaign.shard import conditions, measure_rows
 from ..io import canonical_json, write_parquet
 from ..meters.condition import CONDITION_KEYS, Condition, with_condition_columns
 from ..meters.device import default_device
-from ..metrics import measurement_frame
+from ..metrics import measurement_frame, still_contended
 from ..outputs import replace_dir
 from ..predictors.features import feature_matrix
 from ..predictors.store import save_surrogate
@@ -54,6 +62,8 @@ MEASURED = "measurements.parquet"
 SUMMARY = ADAPTED_SUMMARY  # the device's default condition and the estimate of its errors
 LABEL = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 SOURCE_COLUMNS = (*REQUIRED, "device")
+OWNER = Owner("adapt", "rerun the same `hwgptbench adapt` command (it measures only what is "
+                       "missing)")
 
 
 def adaptation_space(scale: str, params_spaces: dict[str, Any]) -> SearchSpace:
@@ -112,20 +122,26 @@ def candidate_archs(scale: str, results: str) -> list[Arch]:
 
 @dataclass(frozen=True)
 class MeasuredHere:
-    """Rows measured on this machine, and which of their archs the fit takes (the others
-    validate it)."""
+    """Rows measured on this machine, which of their archs the fit takes (the others validate
+    it), the conditions the time bound left unmeasured and the folder that keeps the rows."""
 
     table: pl.DataFrame
     fit_archs: frozenset[str]
+    unfinished: tuple[str, ...] = ()
+    parts: ShardParts | None = None
 
 
 def measure_for_adaptation(measure_section: MeasureSettings, space: SearchSpace,
                            candidates: Sequence[Arch], vocab_size: int, label: str, k: int,
-                           selection: str, seed: int, validate: int = 0) -> MeasuredHere:
+                           selection: str, seed: int, validate: int = 0,
+                           progress: str | os.PathLike[str] | None = None,
+                           max_minutes: float | None = None) -> MeasuredHere:
     """Measure k of the candidate archs on this machine under every condition of the measure
     section, labelled ``label`` (which must name this hardware, as in the measure stage), and
     ``validate`` more drawn at random from the rest; the k are selected on the first
-    condition's features."""
+    condition's features. With ``progress`` (a folder), the rows are stored as they are
+    measured and a rerun with the same inputs reuses them; ``max_minutes`` bounds the
+    measuring (no group or visit starts after it)."""
     runs = conditions(measure_section, space, default_device())
     first = runs[0]
     features = feature_matrix(space, candidates, vocab_size, first.batch_size, first.seq_len)
@@ -139,13 +155,21 @@ def measure_for_adaptation(measure_section: MeasureSettings, space: SearchSpace,
     archs = chosen + [candidates[i] for i in np.sort(held)]
     log.info("measuring %d archs (%s selection) and %d to validate on %s under %s",
              len(chosen), selection, validate, label, ", ".join(c.id for c in runs))
-    rows: list[dict[str, Any]] = []
-    for condition in tqdm(runs, desc=f"adapt: {len(archs)} archs", unit="condition"):
-        only = replace(measure_section, batch_sizes=(condition.batch_size,),
-                       seq_lens=(condition.seq_len,), dtypes=(condition.dtype,),
-                       launch=(condition.launch,))
-        rows += measure_rows(only, space, archs, vocab_size, label, desc="adapt")
-    return MeasuredHere(measurement_frame(rows), frozenset(a.id for a in chosen))
+    parts = (ShardParts(progress, inputs_key(measure_section, space, archs, vocab_size, label),
+                        OWNER) if progress is not None else None)
+    deadline = time.monotonic() + 60 * max_minutes if max_minutes else None
+    rows = measure_rows(measure_section, space, archs, vocab_size, label, desc="adapt",
+                        parts=parts, deadline=deadline)
+    table = measurement_frame(rows)
+    done = set(condition_ids(table)) if table.height else set()
+    return MeasuredHere(table, frozenset(a.id for a in chosen),
+                        tuple(c.id for c in runs if c.id not in done), parts)
+
+
+def condition_ids(table: pl.DataFrame) -> list[str]:
+    """The condition id of each row of a measurement table."""
+    filled = with_condition_columns(table)
+    return [Condition(**row).id for row in filled.select(CONDITION_KEYS).iter_rows(named=True)]
 
 
 def _target_rows(table: pl.DataFrame, device: str) -> pl.DataFrame:
@@ -158,6 +182,10 @@ def _target_rows(table: pl.DataFrame, device: str) -> pl.DataFrame:
         raise TransferError(f"the measurements of the new device hold several devices "
                             f"{sorted(labels)}; give one device's rows")
     return table.with_columns(device=pl.lit(device))
+
+
+class TooFew(TransferError):
+    """A condition with fewer usable archs than its fit or its validation needs."""
 
 
 @dataclass(frozen=True)
@@ -174,36 +202,54 @@ class Split:
                 ) -> tuple[np.ndarray, np.ndarray]:
         """Row indices of the k archs to fit and of the validation archs."""
         if len(archs) < self.k:
-            raise TransferError(f"{name}: {len(archs)} measured archs, fewer than k = "
-                                f"{self.k}; measure more archs or lower --k")
+            raise TooFew(f"{name}: {len(archs)} measured archs, fewer than k = {self.k}; "
+                         "measure more archs or lower --k")
         if self.fit_archs is None:
             chosen = select(self.selection, features, self.k, self.seed)
         else:
             chosen = np.flatnonzero([a.id in self.fit_archs for a in archs])
             if len(chosen) < self.k:
-                raise TransferError(f"{name}: {len(chosen)} of the {self.k} archs measured to "
-                                    "fit have a value; measure again or lower --k")
+                raise TooFew(f"{name}: too few of the archs measured to fit have a usable "
+                             "value")
         rest = np.setdiff1d(np.arange(len(archs)), chosen)
         if not self.validate:
             return chosen, rest[:0]
         if self.fit_archs is not None:
             return chosen, rest
         if len(rest) < self.validate:
-            raise TransferError(f"{name}: {len(rest)} measured archs besides the k = {self.k} "
-                                f"to fit, fewer than --validate {self.validate}; measure more "
-                                "archs or lower --validate")
+            raise TooFew(f"{name}: {len(rest)} measured archs besides the k = {self.k} to "
+                         f"fit, fewer than --validate {self.validate}; measure more archs or "
+                         "lower --validate")
         held = np.random.default_rng(self.seed).choice(rest, size=self.validate, replace=False)
         return chosen, np.sort(held)
+
+
+@dataclass(frozen=True)
+class Adaptation:
+    """What ``adapt`` made of a new device's rows: a summary per surrogate written, and per
+    metric and condition measured, how many rows it had, how many were usable and whether it
+    was adapted (:func:`coverage`)."""
+
+    written: list[dict[str, Any]]
+    coverage: pl.DataFrame
+
+
+class NothingAdapted(TransferError):
+    """No metric and condition of the new device could be adapted; the rows stay where they
+    were kept."""
 
 
 def adapt_device(section: TransferSettings, space: SearchSpace, vocab_size: int,
                  sources_table: pl.DataFrame, target_table: pl.DataFrame, device: str, k: int,
                  out_dir: str | os.PathLike[str], method: str | None = None,
                  selection: str | None = None, validate: int = 0,
-                 fit_archs: Collection[str] | None = None) -> list[dict[str, Any]]:
-    """Fit and save an adapted surrogate per metric and condition of the new device; return one
-    summary per surrogate written (metric, condition, measured, k, method, sources, folder and
-    the estimate of its error, :data:`ESTIMATE`).
+                 fit_archs: Collection[str] | None = None) -> Adaptation:
+    """Fit and save an adapted surrogate per metric and condition of the new device that has
+    k usable archs; return one summary per surrogate written (metric, condition, measured, k,
+    method, sources, folder and the estimate of its error, :data:`ESTIMATE`) and the
+    :func:`coverage` of every metric and condition measured. A condition with fewer usable
+    archs (latencies timed under contention are not usable) is skipped with a warning; where
+    none is left, :class:`NothingAdapted` names each one's counts.
 
     The k archs of each condition are ``fit_archs`` (the archs measured to fit), else selected
     from the measured ones; ``validate`` of the others (drawn at random; with ``fit_archs``,
@@ -216,29 +262,83 @@ def adapt_device(section: TransferSettings, space: SearchSpace, vocab_size: int,
     sources_table = sources_table.filter(pl.col("device") != device)
     out = Path(out_dir) / device
     written: list[dict[str, Any]] = []
+    skipped: dict[tuple[str, str], str] = {}
     plan = Split(k, selection, section.seed, validate, fit_archs)
     with replace_dir(out, "adapt", flag="--device") as staging:
         for metric in section.metrics:
             targets = long_table(target_table, [metric])
-            if not targets.height:
-                log.info("%s: no measured %s; nothing to adapt", device, metric)
-                continue
             sources = long_table(sources_table, [metric])
             if not sources.height and make_method(method).needs_sources:
-                log.warning("%s: no source device measured %s; %s needs sources, skipped",
-                            device, metric, method)
+                skipped |= {(metric, target.condition.id): f"no source device measured "
+                            f"{metric}; {method} needs sources" for target in targets_of(targets)}
                 continue
-            written += _adapt_metric(section, space, vocab_size, sources, targets, plan,
-                                     staging, method)
+            got, missed = _adapt_metric(section, space, vocab_size, sources, targets, plan,
+                                        staging, method)
+            written += got
+            skipped |= missed
+        table = coverage(target_table, section.metrics, plan, written, skipped)
+        missed = describe(table)
         if not written:
-            raise TransferError(f"nothing adapted for {device}: no metric of "
-                                f"transfer.metrics ({', '.join(section.metrics)}) has both "
-                                "measured rows and source devices (latencies timed under "
-                                "contention are left out: measure when the machine is quiet, "
-                                "docs/measure.md)")
+            raise NothingAdapted(f"nothing adapted for {device}: " + (
+                f"\n{missed}" if missed else f"no metric of transfer.metrics "
+                f"({', '.join(section.metrics)}) has a measured value in its rows"))
+        if missed:
+            log.warning("%s: not adapted:\n%s", device, missed)
         write_parquet(target_table, staging / MEASURED)
         _write_summary(staging / SUMMARY, device, target_table, written, plan, method)
-    return [{**record, "folder": str(out / record["folder"])} for record in written]
+    return Adaptation([{**record, "folder": str(out / record["folder"])} for record in written],
+                      table)
+
+
+def coverage(table: pl.DataFrame, metrics: Sequence[str], plan: Split,
+             written: Sequence[dict[str, Any]], skipped: dict[tuple[str, str], str]
+             ) -> pl.DataFrame:
+    """Per metric and condition with a measured value: ``rows`` measured, ``contended``
+    (latencies still contended after the campaign's visits, not usable), ``usable``,
+    ``usable_to_fit`` (of the archs measured to fit, or of all), ``k``, ``adapted`` and, for
+    one not adapted, ``reason``."""
+    named = table.with_columns(_condition=pl.Series(condition_ids(table), dtype=pl.String))
+    ok = named.filter(pl.col("status") == "ok") if "status" in named.columns else named
+    contended = still_contended(ok.columns)
+    adapted = {(record["metric"], record["condition"]) for record in written}
+    records = []
+    for metric in metrics:
+        if metric not in ok.columns:
+            continue
+        value = pl.col(metric).cast(pl.Float64)
+        measured = ok.filter(value.is_not_null() & (value > 0))
+        flagged = contended if metric == "latency_ms" else pl.lit(False)
+        for (condition,), rows in measured.group_by("_condition", maintain_order=True):
+            usable = rows.filter(~flagged)
+            fit = (usable.filter(pl.col("arch_id").is_in(list(plan.fit_archs))).height
+                   if plan.fit_archs is not None else usable.height)
+            key = (metric, str(condition))
+            records.append({"metric": metric, "condition": condition,
+                            "rows": named.filter(pl.col("_condition") == condition).height,
+                            "contended": rows.height - usable.height, "usable": usable.height,
+                            "usable_to_fit": fit, "k": plan.k, "adapted": key in adapted,
+                            "reason": None if key in adapted else skipped.get(
+                                key, "no usable value")})
+    return pl.DataFrame(records, schema={
+        "metric": pl.String, "condition": pl.String, "rows": pl.Int64, "contended": pl.Int64,
+        "usable": pl.Int64, "usable_to_fit": pl.Int64, "k": pl.Int64, "adapted": pl.Boolean,
+        "reason": pl.String}).sort("metric", "condition")
+
+
+def describe(table: pl.DataFrame) -> str:
+    """A line per metric and condition not adapted, with its counts; and where latencies were
+    timed under contention, that the machine was busy."""
+    lines = [f"{row['metric']} at {row['condition']}: {row['usable_to_fit']} of the k = "
+             f"{row['k']} archs to fit usable ({row['rows']} rows measured, "
+             f"{row['contended']} timed under contention): {row['reason']}"
+             for row in table.filter(~pl.col("adapted")).iter_rows(named=True)]
+    busy = int(table.filter(~pl.col("adapted"))["contended"].sum())
+    if busy:
+        lines.append(f"the machine was busy: {busy} latencies stayed contended (the process "
+                     "waited for a core: run-queue wait or wall/CPU time above "
+                     "measure.contention) after the visits that time them again; measure when "
+                     "the machine is quiet (docs/measure.md)")
+    return "\n".join(lines)
 
 
 # the estimate of each surrogate's error, in its summary (None where not measured)
@@ -266,9 +366,10 @@ def _finite(value: float) -> float | None:
 
 def _adapt_metric(section: TransferSettings, space: SearchSpace, vocab_size: int,
                   sources: pl.DataFrame, targets: pl.DataFrame, plan: Split, out: Path,
-                  method: str) -> list[dict[str, Any]]:
+                  method: str) -> tuple[list[dict[str, Any]], dict[tuple[str, str], str]]:
     """The adapted surrogates of every condition of one metric of the new device, written
-    under ``out`` (each summary's folder relative to it)."""
+    under ``out`` (each summary's folder relative to it), and why each condition with too few
+    usable archs was skipped."""
     models = []
     reference_ids = sorted(set(targets["arch_id"]))
     measured = np.zeros((len(reference_ids), 0))
@@ -284,12 +385,17 @@ def _adapt_metric(section: TransferSettings, space: SearchSpace, vocab_size: int
         measured[[r for r, _ in known]] = np.log(profiles.values[[i for _, i in known]])
     reference = [Arch.from_id(a) for a in reference_ids]
     written = []
+    skipped = {}
     for target in targets_of(targets):
         rows = targets.filter(*target.matches())
         shape = (target.condition.batch_size, target.condition.seq_len)
         archs = [Arch.from_id(a) for a in rows["arch_id"]]
         X = feature_matrix(space, archs, vocab_size, *shape)
-        chosen, held = plan.indices(archs, X, target.name)
+        try:
+            chosen, held = plan.indices(archs, X, target.name)
+        except TooFew as few:
+            skipped[(target.metric, target.condition.id)] = str(few)
+            continue
         values = rows["value"].to_numpy()
         model = AdaptedSurrogate(space, vocab_size, models,
                                  make_method(method, section.sigma_floor), section.coverage)
@@ -312,7 +418,7 @@ def _adapt_metric(section: TransferSettings, space: SearchSpace, vocab_size: int
                         "measured": rows.height, "k": plan.k, "method": method,
                         "sources": len(models), **estimate,
                         "folder": str(folder.relative_to(out))})
-    return written
+    return written, skipped
 
 
 def _write_summary(path: Path, device: str, table: pl.DataFrame,
@@ -324,8 +430,7 @@ def _write_summary(path: Path, device: str, table: pl.DataFrame,
     filled = with_condition_columns(table)
     if "status" not in filled.columns:
         filled = filled.with_columns(status=pl.lit("ok"))
-    ids = [Condition(**row).id for row in filled.select(CONDITION_KEYS).iter_rows(named=True)]
-    rows = filled.filter(pl.Series(ids).is_in(adapted))
+    rows = filled.filter(pl.Series(condition_ids(filled)).is_in(adapted))
     summary = {"device": device, "default_condition": published.default_condition_of(rows),
                "method": method, "selection": plan.selection, "k": plan.k,
                "validation": ("archs measured here beside the k" if plan.fit_archs is not None

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from .. import layout
+from ..adaptation.targets import TransferError
 from ..io import write_parquet
 from ..options import (
     Add,
@@ -26,6 +28,9 @@ from ..options import (
 )
 from ..settings.sections import MeasureSettings, PaperSettings, TransferSettings
 from ..space import read_archs
+
+if TYPE_CHECKING:
+    from .adapt import MeasuredHere
 
 log = logging.getLogger("hwgptbench")
 
@@ -71,11 +76,13 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     """Adapt the hardware surrogates to a new device from k measured archs (measured on this
     machine, or read from --measurements), for `Benchmark.query` and `hwgptbench query`; print
     each surrogate's estimated error (leave-one-out, and on --validate archs)."""
+    from .. import published
     from ..campaign.shard import device_label
     from ..outputs import check_output_dir
     from .adapt import (
         SOURCE_COLUMNS,
         SUMMARY,
+        NothingAdapted,
         adapt_device,
         adaptation_space,
         candidate_archs,
@@ -87,6 +94,7 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     out = Path(layout.adapted(args.scale, args.results))
     if args.measurements:  # else the label is this machine's, known once it is measured
         check_output_dir(out / layout.check_label(args.device, "--device"), "adapt", "--device")
+        published.check_unshipped_label(args.scale, args.device, "--device")
     config = load(args, ["transfer", "measure", "spaces"])
     section = TransferSettings.of(config["transfer"])
     space = adaptation_space(args.scale, config["spaces"])
@@ -95,23 +103,59 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     selection = args.selection or section.selection
     sources = (read_measurements(args.sources, space, "--sources", SOURCE_COLUMNS)
                if args.sources else default_sources(args.scale, args.results, space))
-    device, fit_archs = args.device, None
+    device, fit_archs, here = args.device, None, None
     if args.measurements:
         target = read_measurements(args.measurements, space)
     else:
         measure = MeasureSettings.of(config["measure"])
         device = device_label(replace(measure, device=device), measure.threads)
+        published.check_unshipped_label(args.scale, device, "--device")
         candidates = (read_archs(args.archs) if args.archs
                       else candidate_archs(args.scale, args.results))
-        here = measure_for_adaptation(measure, space, candidates, vocab, device, k, selection,
-                                      section.seed, args.validate)
+        here = measure_for_adaptation(
+            measure, space, candidates, vocab, device, k, selection, section.seed,
+            args.validate, layout.adapt_progress(args.scale, device, args.results),
+            args.max_minutes)
         target, fit_archs = here.table, here.fit_archs
-    written = adapt_device(section, space, vocab, sources, target, device, k, out, args.method,
-                           selection, args.validate, fit_archs)
-    print_estimate(written, device, out / device / SUMMARY)
+    resume = "" if here is None else _resume(args, device, here)
+    if not target.height:
+        raise TransferError(f"nothing measured on {device} within --max-minutes "
+                            f"{args.max_minutes:g}{resume}")
+    try:
+        adapted = adapt_device(section, space, vocab, sources, target, device, k, out,
+                               args.method, selection, args.validate, fit_archs)
+    except NothingAdapted as nothing:
+        raise TransferError(f"{nothing}{resume}") from None
+    print_estimate(adapted.written, device, out / device / SUMMARY)
+    print_coverage(adapted.coverage)
+    written = adapted.written
+    if here is not None and here.parts is not None:
+        if here.unfinished or not adapted.coverage["adapted"].all():
+            print(resume.strip())
+        else:
+            here.parts.remove()
     print(f"query it: hwgptbench query --scale {args.scale} --results {args.results} "
           f"--device {device} --metric {written[0]['metric']} --metric perplexity "
           f"--arch ARCH_ID --interval")
+
+
+def _resume(args: argparse.Namespace, device: str, here: MeasuredHere) -> str:
+    """What was left unmeasured, where the measured rows are kept and the command that
+    resumes (it measures only what is missing and times the contended rows again)."""
+    command = ["hwgptbench", "adapt", "--scale", args.scale, "--device", device,
+               "--k", str(args.k), "--validate", str(args.validate),
+               "--max-minutes", f"{args.max_minutes:g}"]
+    for flag in ("results", "archs", "sources", "method", "selection", "vocab_size", "data"):
+        value = getattr(args, flag, None)
+        if value is not None and not (flag == "results" and value == layout.RESULTS):
+            command += [f"--{flag.replace('_', '-')}", str(value)]
+    for path in args.params or []:
+        command += ["--params", str(path)]
+    unfinished = (f"\nnot measured within --max-minutes {args.max_minutes:g}: "
+                  f"{', '.join(here.unfinished)}" if here.unfinished else "")
+    kept = here.parts.root if here.parts is not None else "nowhere"
+    return (f"{unfinished}\nthe rows measured are kept in {kept}; resume (it measures only "
+            f"what is missing and times the contended rows again): {shlex.join(command)}")
 
 
 def adaptation_vocab(args: argparse.Namespace) -> int:
@@ -150,6 +194,15 @@ def print_estimate(written: list[dict[str, Any]], device: str, summary: Path) ->
     print(f"written to {summary}")
 
 
+def print_coverage(table: pl.DataFrame) -> None:
+    """Per metric and condition measured: its rows, how many were usable and whether it was
+    adapted (and why not)."""
+    with pl.Config(tbl_rows=100, tbl_cols=16, fmt_str_lengths=90, tbl_width_chars=220,
+                   tbl_hide_dataframe_shape=True):
+        print("measured rows per metric and condition (contended latencies are not usable):")
+        print(table)
+
+
 def measured_archs(text: str) -> int:
     """--k: a whole number of measured archs, at least the 2 that a fit needs (at most the
     params schema's bound of transfer.report_k)."""
@@ -164,6 +217,17 @@ def measured_archs(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{k} is not in [2, {most}]: a fit needs 2 measured "
                                          "archs or more")
     return k
+
+
+def positive_minutes(text: str) -> float:
+    """--max-minutes: a number of minutes above 0."""
+    try:
+        minutes = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of minutes") from None
+    if not minutes > 0 or minutes == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of minutes above 0")
+    return minutes
 
 
 def validation_archs(text: str) -> int:
@@ -237,6 +301,9 @@ def register(add: Add) -> None:
     command.add_argument("--validate", type=validation_archs, default=0,
                          help="archs to validate on, 2 or more: measured here besides the k "
                               "(or rows of --measurements beyond the k); default: none")
+    command.add_argument("--max-minutes", type=positive_minutes, default=20.0,
+                         help="bound on the measuring (default 20): past it no group or visit "
+                              "starts; what was measured is kept and a rerun resumes")
     command.add_argument("--method", type=one_of("hwgptbench.adaptation.methods", "METHODS"),
                          help="adaptation method (default: transfer.method; docs/transfer.md)")
     command.add_argument("--selection",
