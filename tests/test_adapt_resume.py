@@ -14,11 +14,11 @@ from typing import Any
 import polars as pl
 import pytest
 import yaml
-from test_transfer import CONFIG, synthetic_measurements
 
 from conftest import REPO_ROOT
 from hwgptbench import cli, layout, published
 from hwgptbench.campaign import shard
+from test_transfer import CONFIG, synthetic_measurements
 
 QUICK = {**CONFIG["measure"], "batch_sizes": [1], "seq_lens": [32], "dtypes": ["fp32", "bf16"],
          "warmup": 0, "min_repeats": 3, "max_repeats": 3, "max_seconds": 0.01,
@@ -142,7 +142,7 @@ def test_a_label_of_a_shipped_table_is_refused(measurements_file: Path, tmp_path
     assert cli.main([*args, "--device", label]) == 2
     err = capsys.readouterr().err
     assert f"the package ships a s table of {label}" in err
-    assert f"--device {label}-mine" in err
+    assert f"--device {label}-local" in err
     assert not (tmp_path / "results").exists()
 
 
@@ -151,3 +151,10 @@ def measurements_file(tmp_path: Path) -> Path:
     path = tmp_path / "new.parquet"
     synthetic_measurements().filter(pl.col("device") == "gpu-b").write_parquet(path)
     return path
+
+
+def test_auto_files_this_machine_apart_from_a_shipped_table_of_its_label() -> None:
+    (label, *_) = published.device_labels("s")
+    assert published.unshipped_label("s", label) == f"{label}-local"
+    assert published.unshipped_label("s", "cpu-other-1t") == "cpu-other-1t"
+    assert published.unshipped_label("tiny", label) == label

@@ -419,7 +419,7 @@ def test_resolve_label() -> None:
     assert resolve_label("h100", fp, aliases={"h100": "cuda-nvidia-h100-80gb-hbm3"}) == "h100"
     # this machine named apart from another of its model: its label extended by words
     assert resolve_label("cuda-nvidia-h100-80gb-hbm3-lab2", fp) == "cuda-nvidia-h100-80gb-hbm3-lab2"
-    with pytest.raises(DeviceMismatchError, match="'cuda-nvidia-h100-80gb-hbm3-mine'"):
+    with pytest.raises(DeviceMismatchError, match="'cuda-nvidia-h100-80gb-hbm3-local'"):
         resolve_label("cuda-nvidia-h100-80gb", fp)
     with pytest.raises(DeviceMismatchError, match="'a100'.*'cuda-nvidia-h100-80gb-hbm3'"):
         resolve_label("a100", fp)

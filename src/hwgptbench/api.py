@@ -299,7 +299,7 @@ class RunTables:
             return self
         for device in sorted(clash):
             log.warning("%s: adapted here under the label of a shipped table; not used, the "
-                        "shipped table answers for it (adapt again with --device %s-mine)",
+                        "shipped table answers for it (adapt again with --device %s-local)",
                         device, device)
         measurements = self.measurements
         if measurements is not None and "device" in measurements.columns:

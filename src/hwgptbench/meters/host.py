@@ -91,7 +91,7 @@ def auto_label(fp: Mapping[str, Any]) -> str:
 def resolve_label(label: str, fp: Mapping[str, Any],
                   aliases: Mapping[str, str] | None = None) -> str:
     """The label to file results under: 'auto' gives auto_label(fp); any other label must equal
-    it, extend it by a '-' and words of its own (``cpu-amd-epyc-1t-mine``: this machine, named
+    it, extend it by a '-' and words of its own (``cpu-amd-epyc-1t-local``: this machine, named
     apart from another of the same model), or be mapped to it by aliases (label -> auto
     label), else DeviceMismatchError."""
     detected = auto_label(fp)
@@ -106,7 +106,7 @@ def resolve_label(label: str, fp: Mapping[str, Any],
     target = f" (an alias of {aliases[label]!r})" if label in aliases else ""
     raise DeviceMismatchError(
         f"device label {label!r}{target} does not match the detected hardware {detected!r} "
-        f"({fp['device_name']}); use 'auto', {detected!r}, {detected + '-mine'!r}, or add "
+        f"({fp['device_name']}); use 'auto', {detected!r}, {detected + '-local'!r}, or add "
         f"{label!r}: {detected!r} to the device aliases")
 
 

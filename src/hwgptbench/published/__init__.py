@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -84,6 +85,8 @@ DEVICE_FIX = ("measure the device with hwgptbench measure (or drop the row) and 
 _RESTORE = "restore it with git checkout, or rewrite it with hwgptbench ship-tables"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
+
+log = logging.getLogger(__name__)
 
 class PublishedTablesError(UserError, ValueError):
     """A shipped table is absent, unknown or does not match its manifest, or a table to ship
@@ -240,6 +243,20 @@ def device_labels(scale: str, folder: str | os.PathLike[str] = FOLDER) -> list[s
     return sorted(entry(scale, folder).get("devices", {}))
 
 
+LOCAL = "local"  # the word `adapt --device auto` adds to this machine's label of a shipped table
+
+
+def unshipped_label(scale: str, label: str, folder: str | os.PathLike[str] = FOLDER) -> str:
+    """``label``, or where the scale ships a table of it, ``{label}-local`` (logged): the
+    label ``adapt --device auto`` files this machine under."""
+    if label not in device_labels(scale, folder):
+        return label
+    log.warning("%s is the label of the shipped %s table %s (another machine of this model): "
+                "this machine's rows are filed as %s-%s", label, scale,
+                device_file(scale, label), label, LOCAL)
+    return f"{label}-{LOCAL}"
+
+
 def check_unshipped_label(scale: str, label: str, flag: str,
                           folder: str | os.PathLike[str] = FOLDER) -> None:
     """Refuse to file a device adapted here under the label of a shipped device table of
@@ -249,7 +266,7 @@ def check_unshipped_label(scale: str, label: str, flag: str,
         raise PublishedTablesError(
             f"{flag} {label}: the package ships a {scale} table of {label} "
             f"({device_file(scale, label)}), measured on another machine of this model; a "
-            f"device adapted here gets a label of its own: {flag} {label}-mine (this "
+            f"device adapted here gets a label of its own: {flag} {label}-{LOCAL} (this "
             "machine's label extended by a word names it too), and the shipped table keeps "
             f"answering for {label}")
 

@@ -109,6 +109,8 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     else:
         measure = MeasureSettings.of(config["measure"])
         device = device_label(replace(measure, device=device), measure.threads)
+        if args.device == "auto":
+            device = published.unshipped_label(args.scale, device)
         published.check_unshipped_label(args.scale, device, "--device")
         candidates = (read_archs(args.archs) if args.archs
                       else candidate_archs(args.scale, args.results))
@@ -286,7 +288,9 @@ def register(add: Add) -> None:
     scale_and_results(command)
     command.add_argument("--device", required=True,
                          help="label of the new device (measuring here: auto, this machine's "
-                              "label or an alias of it in measure.aliases)")
+                              "label, that label extended by a word, or an alias of it in "
+                              "measure.aliases; a label of a shipped table is refused, and "
+                              "auto then takes {label}-local)")
     command.add_argument("--k", type=measured_archs,
                          help="measured archs to adapt from, 2 or more (default: "
                               "transfer.report_k)")
