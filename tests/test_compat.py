@@ -61,6 +61,26 @@ def test_readme_example_runs(api: HWGPT, base: Path) -> None:
     assert 15 < scope["perplexity_mlp"]["perplexity"] < 60
 
 
+def test_a_device_without_a_metric_is_named_once_per_object(
+        base: Path, caplog: pytest.LogCaptureFixture) -> None:
+    api = HWGPT(search_space="s", use_supernet_surrogate=False, base_path=base)
+    device = api.device_list[0]  # the shipped CPU: no energy counter
+    api.sample_arch()
+    with caplog.at_level("WARNING", logger="hwgptbench.compat"):
+        assert api.query(metric="energies", device=device)["energies"][device] is None
+        api.sample_arch()
+        assert api.query(device=device)["energies"][device] is None
+    named = [r.getMessage() for r in caplog.records if "has no energy_mj table" in r.getMessage()]
+    assert named == [f"energies: {device} has no energy_mj table here, so every query answers "
+                     "None for it"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="hwgptbench.compat"):  # a new object says it again
+        other = HWGPT(search_space="s", use_supernet_surrogate=False, base_path=base)
+        other.sample_arch()
+        other.query(metric="energies", device=device)
+    assert len([r for r in caplog.records if "has no energy_mj table" in r.getMessage()]) == 1
+
+
 def test_hwgptbench_devices_are_named_as_missing(api: HWGPT) -> None:
     api.sample_arch()
     with pytest.raises(QueryError, match="never published.*devices with tables here: cpu-"):

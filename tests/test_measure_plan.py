@@ -12,6 +12,7 @@ from conftest import REPO_ROOT, make_project, run
 from hwgptbench import params
 from hwgptbench.campaign.budget import GB
 from hwgptbench.campaign.plan import (
+    COLUMNS,
     DeviceMemory,
     MemoryPlanError,
     check_fits,
@@ -96,16 +97,45 @@ def test_budget_and_stand_in_shard() -> None:
     assert roomy.groups == 1 and roomy.group_size == 102 and roomy.peak < roomy.budget
 
 
-def test_cli_prints_the_plan_and_writes_it(tmp_path: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_peak_over_the_budget_is_marked_and_named_with_its_fix() -> None:
+    config = params.load(PARAMS)
+    space = SearchSpace.from_dict("tiny", config["spaces"]["tiny"])
+    section = MeasureSettings.of({**config["measure"], "memory_budget_gb": 0.001})
+    plan = plan_memory(space, section, 102, 4096, "here", DeviceMemory(8 * GB, False))
+    assert plan.peak > plan.budget and plan.over_budget == plan.peak_groups == 102
+    assert plan.row()[COLUMNS.index("planned peak GB")].endswith(" *")
+    warning = plan.over_budget_warning()
+    assert warning is not None
+    for part in ("scale tiny, device here: 102 of 102 groups at ", "against 0.0 GiB",
+                 "no smaller group exists", "tried anyway", "memory_budget_gb to at least 0.1",
+                 "measure.batch_sizes"):
+        assert part in warning, warning
+    assert format_table([plan]).splitlines()[-1].startswith("* planned peak over budget_gb")
+    roomy = plan_memory(space, MeasureSettings.of(config["measure"]), 102, 4096, "here",
+                        DeviceMemory(8 * GB, False))
+    assert roomy.over_budget_warning() is None and not roomy.row()[7].endswith("*")
+    assert len(format_table([roomy]).splitlines()) == 2
+
+
+def test_cli_prints_the_plan_and_writes_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                           caplog: pytest.LogCaptureFixture) -> None:
     out = tmp_path / "plan.txt"
-    assert main(["measure-plan", "--params", str(PARAMS), "--overlay", str(PAPER),
-                 "--out", str(out)]) == 0
+    with caplog.at_level("WARNING"):
+        assert main(["measure-plan", "--params", str(PARAMS), "--overlay", str(PAPER),
+                     "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert printed == out.read_text()
     lines = printed.splitlines()
     assert lines[0].split()[:4] == ["scale", "device", "memory_gb", "budget_gb"]
     assert sum(line.startswith(("s ", "m ", "l ")) for line in lines) == 3 * 13
+    # the paper's l archs on the 10-11 GiB GPUs: the largest (8.1 GiB) is over a 60% budget
+    over = {tuple(line.split()[:2]) for line in lines if " * " in line}
+    assert over == {("l", "rtx2080"), ("l", "rtx3080"), ("m", "rtx3080")}
+    assert lines[-1].startswith("* planned peak over budget_gb")
+    warnings = [r.getMessage() for r in caplog.records if "than the budget" in r.getMessage()]
+    assert len(warnings) == 3
+    (l_2080,) = [w for w in warnings if w.startswith("scale l, device rtx2080: ")]
+    assert "up to 8.1 GiB against 6.6 GiB" in l_2080 and "at least 8.1" in l_2080
     assert main(["measure-plan", "--params", str(PARAMS)]) == 0  # no cluster: this machine
     here = capsys.readouterr().out.splitlines()
     assert len(here) == 2 and here[1].startswith("tiny ")

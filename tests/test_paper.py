@@ -124,16 +124,27 @@ def _cells(markdown: str, scale: str) -> list[list[str]]:
     return [lines[0], *(row for row in lines[2:] if row[0] == scale)]
 
 
-@pytest.mark.e2e
-def test_make_paper_on_a_reduced_overlay_equals_the_docs_and_is_then_current(
-        tmp_path: Path) -> None:
-    project = make_project(tmp_path)
+@pytest.fixture(scope="module")
+def paper_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project copy whose only pipeline run is the paper's (`dvc repro paper/dvc.yaml`) on a
+    reduced overlay, committed with its params; no dvc.lock of the workflow's pipeline."""
+    project = make_project(tmp_path_factory.mktemp("paper"))
+    if (project / "dvc.lock").exists():  # a lock of the checkout the copy was made from
+        run(["git", "rm", "-q", "dvc.lock"], project)
     set_param(project, ["paper", "scales"], ["s"])
     set_param(project, ["paper", "search"], {
         **params.load(project / "params.yaml")["paper"]["search"],
         "objectives": ["ppl-latency"], "algorithms": ["rs", "nsga2"], "budget": 12,
         "seeds": 2, "reference_archs": 300})
-    run(["dvc", "repro", "paper/dvc.yaml"], project, baseline_s=50)  # 36-50 s measured
+    run(["git", "commit", "-qam", "reduced paper overlay"], project)
+    run(["dvc", "repro", "paper/dvc.yaml"], project, baseline_s=50)  # 36-57 s measured
+    return project
+
+
+@pytest.mark.e2e
+def test_make_paper_on_a_reduced_overlay_equals_the_docs_and_is_then_current(
+        paper_run: Path) -> None:
+    project = paper_run
     tables = project / "results" / "paper" / "tables"
     docs = paper_docs.blocks(DOC.read_text(encoding="utf-8"))
     for name in PAPER_DEVICE_TABLES:
@@ -146,6 +157,37 @@ def test_make_paper_on_a_reduced_overlay_equals_the_docs_and_is_then_current(
     assert "Nothing to be done" in run(["snakemake", "-n", "paper"], project).stdout
     # the paper's pipeline is not part of `make run`'s: the workflow's stages are untouched
     assert not (project / "results" / "tiny").exists()
+
+
+@pytest.mark.e2e
+def test_a_paper_only_remote_pulls_into_a_fresh_clone_with_nothing_left_to_do(
+        paper_run: Path, tmp_path: Path) -> None:
+    """Only results/paper is pushed, and only paper/dvc.lock committed: the pull fetches the
+    paper's pipeline, names the workflow's (no dvc.lock) once as not pulled, and exits 0 with
+    both tools current for the paper."""
+    run(["dvc", "push", "--remote", "local", "paper/dvc.yaml"], paper_run)
+    source = tmp_path / "source"  # the pushed commit: paper/dvc.lock, no dvc.lock
+    run(["git", "clone", "-q", str(paper_run), str(source)], tmp_path)
+    (source / "paper" / "dvc.lock").write_bytes((paper_run / "paper" / "dvc.lock").read_bytes())
+    run(["git", "add", "paper/dvc.lock"], source)
+    run(["git", "commit", "-qm", "paper results"], source)
+    clone = tmp_path / "clone"
+    run(["git", "clone", "-q", str(source), str(clone)], tmp_path)
+    run(["dvc", "remote", "modify", "--local", "local", "url", str(paper_run.parent / "remote")],
+        clone)
+    assert not (clone / "dvc.lock").exists() and not (clone / "results").exists()
+
+    pulled = run(["hwgptbench", "pull", "--remote", "local"], clone, baseline_s=10)  # 6.6 s
+    log = pulled.stdout + pulled.stderr
+    assert log.count("is not pulled") == 1 and "paper/dvc.yaml is not pulled" not in log, log
+    assert "No file hash info" not in log and "ERROR" not in log, log
+    produced = sorted(path.relative_to(paper_run).as_posix()
+                      for path in (paper_run / "results" / "paper").rglob("*") if path.is_file())
+    assert produced and all((clone / name).read_bytes() == (paper_run / name).read_bytes()
+                            for name in produced)
+    assert not (clone / "results" / "tiny").exists()
+    assert json.loads(run(["dvc", "status", "--json", "paper/dvc.yaml"], clone).stdout) == {}
+    assert "Nothing to be done" in run(["snakemake", "-n", "paper"], clone).stdout
 
 
 def test_pull_reads_the_paper_lock_under_its_dvc_status_address(tmp_path: Path,
@@ -165,3 +207,35 @@ def test_pull_reads_the_paper_lock_under_its_dvc_status_address(tmp_path: Path,
     assert set(locked) == {"data", "paper/dvc.yaml:paper"}
     assert current_targets(locked, set()) == ["data", "paper"]
     assert current_targets(locked, {"paper/dvc.yaml:paper"}) == ["data"]
+
+
+def test_a_pull_without_targets_takes_the_pipelines_that_have_a_lock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+        ) -> None:
+    from hwgptbench.pipeline.remote import default_targets, lock_of
+
+    (tmp_path / "paper").mkdir()
+    (tmp_path / "devices").mkdir()
+    for name in ("dvc.yaml", "paper/dvc.yaml", "paper/dvc.lock", "devices/a.parquet.dvc"):
+        (tmp_path / name).write_text("stages: {}\n")
+    run(["git", "init", "-q"], tmp_path)
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level("WARNING", logger="hwgptbench.pipeline.remote"):
+        assert sorted(default_targets() or []) == ["devices/a.parquet.dvc", "paper/dvc.yaml"]
+    assert [record.getMessage().split(":")[0] for record in caplog.records] == [
+        "dvc.yaml is not pulled"]
+    assert "make run builds them" in caplog.records[0].getMessage()
+    assert lock_of("paper/dvc.yaml:paper") == Path("paper/dvc.lock")
+    assert lock_of("search@tiny") == Path("dvc.lock")
+    assert lock_of("devices/a.parquet.dvc") is None
+
+
+def test_a_pull_with_no_lock_at_all_says_there_is_nothing_to_pull(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from hwgptbench.pipeline import remote
+
+    monkeypatch.setattr(remote, "remote_to_pull", lambda *args: "local")
+    monkeypatch.setattr(remote, "default_targets", lambda: [])
+    with pytest.raises(remote.NothingToPullError, match="nothing to pull: no pipeline here has "
+                                                        "a lock file"):
+        remote.pull()

@@ -179,6 +179,8 @@ class HWGPT:
         self.mode = "auto" if prefer_measured else "surrogate"
         self.config: dict[str, Any] | None = None
         self._arch: Arch | None = None
+        # the (device, metric) pairs without a table here that a warning has named already
+        self._missing_named: set[tuple[str, str]] = set()
 
     def sample_arch(self) -> dict[str, Any]:
         """A uniformly drawn arch's config (drawn from Python's ``random``, as HW-GPT-Bench's:
@@ -258,9 +260,10 @@ class HWGPT:
                              f"{', '.join(PER_DEVICE)}")
         self._check_device(device)
         value = self._value(PER_DEVICE[hw_metric], device)
-        if value is None:
-            log.warning("%s: %s has no %s table here (None)", hw_metric, device,
-                        PER_DEVICE[hw_metric])
+        if value is None and (device, hw_metric) not in self._missing_named:
+            self._missing_named.add((device, hw_metric))
+            log.warning("%s: %s has no %s table here, so every query answers None for it",
+                        hw_metric, device, PER_DEVICE[hw_metric])
         return value
 
     def _arch_metrics(self, predictor: str) -> dict[str, float]:

@@ -38,6 +38,10 @@ from .budget import (
 
 COLUMNS = ("scale", "device", "memory_gb", "budget_gb", "archs/shard", "group size", "groups",
            "planned peak GB", "largest arch GB", "worst condition")
+# marks a planned peak over the budget in the table, and the table's note that says what it means
+OVER_MARK = "*"
+OVER_NOTE = (f"{OVER_MARK} planned peak over budget_gb: those groups are tried anyway (a warning "
+             "per scale and device says how many and the fix)")
 
 
 class MemoryPlanError(UserError, ValueError):
@@ -66,13 +70,46 @@ class MemoryPlan:
     peak: int
     largest: int
     condition: str
+    # the groups over the budget (one arch each, with the anchors) of the peak_groups planned
+    # under peak_condition, the condition of the highest peak; the conditions that have any;
+    # the anchors timed in each group of peak_condition
+    over_budget: int = 0
+    peak_condition: str = ""
+    peak_groups: int = 0
+    over_conditions: tuple[str, ...] = ()
+    anchors: int = 0
 
     def row(self) -> tuple[str, ...]:
-        """The plan's cells in :data:`COLUMNS` order."""
+        """The plan's cells in :data:`COLUMNS` order (:data:`OVER_MARK` after a planned peak
+        over the budget)."""
+        mark = f" {OVER_MARK}" if self.peak > self.budget else ""
         return (self.scale, self.device, f"{self.memory / GB:.1f}", f"{self.budget / GB:.1f}",
                 str(self.archs_per_shard), str(self.group_size), str(self.groups),
-                f"{self.peak / GB:.1f}",
+                f"{self.peak / GB:.1f}{mark}",
                 f"{self.largest / GB:.1f}", self.condition)
+
+    def over_budget_warning(self) -> str | None:
+        """What a planned peak over the budget means and how to plan within it; None when
+        every group fits the budget."""
+        if self.peak <= self.budget:
+            return None
+        others = len(self.over_conditions) - 1
+        where = self.peak_condition + (f" (and {others} other condition{'s' * (others > 1)})"
+                                       if others > 0 else "")
+        smaller = (f"one arch each beside the {self.anchors} anchors: a smaller group needs "
+                   "fewer measure.group_anchors" if self.anchors else
+                   "one arch each, so no smaller group exists" + (
+                       "; and no anchor fits beside the largest arch, so the groups' speeds are "
+                       "not compared" if self.peak_groups > 1 else ""))
+        return (f"scale {self.scale}, device {self.device}: {self.over_budget} of "
+                f"{self.peak_groups} groups at {where} plan more memory than the budget, up to "
+                f"{self.peak / GB:.1f} GiB against {self.budget / GB:.1f} GiB ({smaller}). "
+                f"They are tried anyway: the budget is a safe fraction of the device's "
+                f"{self.memory / GB:.1f} GiB, and an arch that runs out of memory loses only "
+                f"its own rows. To plan within it: set measure.memory_budget_gb to at least "
+                f"{math.ceil(self.peak / GB * 10) / 10:.1f} (it applies to every device: a "
+                "larger one then plans against it too, in more groups), or lower "
+                "measure.batch_sizes or measure.seq_lens")
 
 
 def plan_conditions(section: MeasureSettings, gpu: bool) -> list[Condition]:
@@ -148,6 +185,8 @@ def plan_memory(space: SearchSpace, section: MeasureSettings, n_archs: int, voca
                       condition))
     worst, condition = max(plans, key=lambda p: (len(p[0].groups), p[0].peak_bytes))
     peak, fullest = max((plan.peak_bytes, c) for plan, c in plans)
+    fullest_plan = next(plan for plan, c in plans if c == fullest)
+    over = [g for g in fullest_plan.groups if g.over_budget]
     if peak > device_memory.memory:
         raise MemoryPlanError(
             f"scale {space.name}, device {device}: a group of {fullest.id} is planned on "
@@ -156,7 +195,11 @@ def plan_memory(space: SearchSpace, section: MeasureSettings, n_archs: int, voca
             f"memory, or measure.group_anchors")
     return MemoryPlan(space.name, device, device_memory.memory, budget, size,
                       worst.largest_group, len(worst.groups),
-                      peak, largest, condition.id)
+                      peak, largest, condition.id, over_budget=len(over),
+                      peak_condition=fullest.id, peak_groups=len(fullest_plan.groups),
+                      over_conditions=tuple(c.id for plan, c in plans
+                                            if any(g.over_budget for g in plan.groups)),
+                      anchors=len(fullest_plan.anchors))
 
 
 def tokenizer_vocab_size(tokenizer: TokenizerSettings) -> int | None:
@@ -206,11 +249,14 @@ def check_scales(spaces: Mapping[str, SearchSpace], measure: MeasureSettings, vo
 
 
 def format_table(plans: Sequence[MemoryPlan]) -> str:
-    """The plans as an aligned text table."""
+    """The plans as an aligned text table; :data:`OVER_NOTE` below it when a planned peak is
+    over its budget."""
     rows = [COLUMNS, *(p.row() for p in plans)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
              for r in rows]
+    if any(p.peak > p.budget for p in plans):
+        lines.append(OVER_NOTE)
     return "\n".join(lines)
 
 

@@ -57,6 +57,10 @@ def cmd_measure_plan(args: argparse.Namespace) -> None:
     print(table)
     if args.out:
         atomic_write_text(args.out, table + "\n")
+    for memory_plan in plans:  # after the table, whose marks they explain
+        warning = memory_plan.over_budget_warning()
+        if warning:
+            log.warning("%s", warning)
 
 
 def cmd_merge_shards(args: argparse.Namespace) -> None:

@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 OLDEST = 1
 
 
+# What builds each pipeline's results (a pipeline not named here: dvc repro FILE)
+BUILD = {"dvc.yaml": "make run", "paper/dvc.yaml": "make paper"}
+
 # The name under which `hwgptbench pull --remote URL` configures a URL (.dvc/config.local)
 URL_REMOTE = "public"
 # The URL schemes `hwgptbench pull --remote URL` configures: S3 (and S3-compatible) and HTTP
@@ -85,6 +88,10 @@ class NoRemoteError(RemoteError):
 
 class PullFailedError(UserError, RuntimeError):
     """``dvc pull`` from a remote failed (DVC's own message is printed above it)."""
+
+
+class NothingToPullError(UserError, RuntimeError):
+    """No lock file nor pointer file here records any result to pull."""
 
 
 def _tool(name: str) -> str:
@@ -333,19 +340,39 @@ def locked_stages() -> dict[str, Any]:
     return stages
 
 
-def default_targets() -> list[str]:
+def lock_of(address: str) -> Path | None:
+    """The lock file that records the stage at ``address`` (as ``dvc status`` names it:
+    ``name`` of dvc.yaml, ``{folder}/dvc.yaml:name``); None for a ``.dvc`` pointer file, which
+    records its own hash."""
+    if ":" in address:
+        return Path(address.split(":", 1)[0]).with_name("dvc.lock")
+    return None if address.endswith(".dvc") else Path("dvc.lock")
+
+
+def default_targets() -> list[str] | None:
     """What a pull without targets fetches: every DVC file of the checkout (tracked or not yet
-    committed) but the pipelines of their own (``paper/dvc.yaml``) that have no lock here, which
-    never ran and hold nothing to pull (DVC would fail to check their outputs out)."""
+    committed) but the pipelines that have no lock here (``dvc.yaml`` without ``dvc.lock``,
+    ``paper/dvc.yaml`` without ``paper/dvc.lock``): they never ran in this checkout's history,
+    so no results of theirs are recorded to pull (DVC would warn for each output and fail to
+    check them out). Each one skipped is named once. None outside a git checkout (DVC's own
+    default: everything)."""
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "--", "*.dvc",
                              "dvc.yaml", "*/dvc.yaml"], text=True, capture_output=True,
                             check=False)
-    if listed.returncode != 0:  # not a git checkout: DVC's own default
-        return []
-    files = [Path(line) for line in listed.stdout.splitlines()]
-    return [str(path) for path in files
-            if path.name != "dvc.yaml" or path.parent == Path()
-            or (path.parent / "dvc.lock").is_file()]
+    if listed.returncode != 0:
+        return None
+    targets = []
+    for path in (Path(line) for line in listed.stdout.splitlines()):
+        lock = path.with_name("dvc.lock")
+        if path.name != "dvc.yaml" or lock.is_file():
+            targets.append(path.as_posix())
+        else:
+            log.warning("%s is not pulled: this checkout has no %s, so none of its results are "
+                        "recorded to pull (%s builds them; where they were built, dvc push and "
+                        "commit %s)", path.as_posix(), lock.as_posix(),
+                        BUILD.get(path.as_posix(), f"dvc repro {path.as_posix()}"),
+                        lock.as_posix())
+    return targets
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -389,12 +416,23 @@ def pull(targets: list[str] | None = None, remote: str | None = None,
 
     ``remote`` is a configured remote's name or a URL pulled read-only (:func:`remote_to_pull`;
     ``endpoint_url``: an S3-compatible store's); default: the default remote. ``targets`` are
-    stage names or DVC files (default: :func:`default_targets`). A stage that does not match
+    stage names or DVC files (default: :func:`default_targets`, the pipelines that have a lock
+    here: a remote that holds one pipeline's results pulls into a clone whose other pipeline
+    never ran, such as the paper's alone). A stage that does not match
     the current params or code (nor anything downstream of one) is not touched, so Snakemake
     and DVC both still report it; :class:`StaleResultsError` then names it.
     """
-    targets = list(targets or default_targets())
     name = remote_to_pull(remote, endpoint_url)
+    if not targets:
+        found = default_targets()
+        if found == []:
+            raise NothingToPullError(
+                "nothing to pull: no pipeline here has a lock file (dvc.lock, paper/dvc.lock) "
+                "and no .dvc pointer file is tracked, so no results are recorded to pull; "
+                "check out the commit whose lock names the pushed results (where they were "
+                "built: git add dvc.lock or paper/dvc.lock, commit, push), or build them here "
+                "(make run, make paper)")
+        targets = found or []
     try:
         _run([_tool("dvc"), "pull", "--remote", name, *targets])
     except subprocess.CalledProcessError as err:
@@ -403,10 +441,10 @@ def pull(targets: list[str] | None = None, remote: str | None = None,
             "names the cause (an unreachable URL, missing credentials, or, with verify = true, "
             "a corrupted object: docs/remotes.md, 'Repairing the remote')") from None
     locked = locked_stages()
-    # a pipeline of its own (paper/dvc.yaml) that neither ran here nor was pulled is not built,
-    # not stale: `make paper` builds it
+    # a pipeline without a lock (dvc.yaml before `make run`, paper/dvc.yaml before `make
+    # paper`) neither ran here nor was pulled: it is not built, not stale
     stale = {name: change for name, change in stale_stages().items()
-             if name in locked or ":" not in name}
+             if (lock := lock_of(name)) is None or lock.is_file()}
     current = current_targets(locked, set(stale))
     for name in stale:  # outputs of stale stages: older than any input, so Snakemake reruns them
         for out in locked.get(name, {}).get("outs", []):

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .dvc_deps import DVC_FILES
-
-BUILD = {"dvc.yaml": "make run", "paper/dvc.yaml": "make paper"}
+from .remote import BUILD
 
 
 def summary(stages: Mapping[str, list[str]], stale: Mapping[str, Any],
