@@ -8,16 +8,19 @@ else is the real measuring code on this CPU."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pytest
+import torch
 import yaml
 
 from conftest import REPO_ROOT
 from hwgptbench import cli, layout, published
 from hwgptbench.campaign import shard
+from hwgptbench.meters.latency import PastDeadline, measure_latency_interleaved
 from test_transfer import CONFIG, synthetic_measurements
 
 QUICK = {**CONFIG["measure"], "batch_sizes": [1], "seq_lens": [32], "dtypes": ["fp32", "bf16"],
@@ -158,3 +161,18 @@ def test_auto_files_this_machine_apart_from_a_shipped_table_of_its_label() -> No
     assert published.unshipped_label("s", label) == f"{label}-local"
     assert published.unshipped_label("s", "cpu-other-1t") == "cpu-other-1t"
     assert published.unshipped_label("tiny", label) == label
+
+
+def test_an_interleaved_timing_stops_at_the_next_cycle_past_its_deadline() -> None:
+    """The hard part of the bound: a group's timing under way does not run to min_repeats."""
+    calls: list[int] = []
+
+    def forward() -> None:
+        calls.append(1)
+        time.sleep(0.01)
+
+    with pytest.raises(PastDeadline, match="the time bound passed after"):
+        measure_latency_interleaved([forward, forward], torch.device("cpu"), warmup=0,
+                                    min_repeats=1000, max_repeats=2000, max_seconds=60.0,
+                                    deadline=time.monotonic() + 0.05)
+    assert 0 < len(calls) < 100  # min_repeats would have been 2 x 1,334 calls

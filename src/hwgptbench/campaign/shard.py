@@ -24,7 +24,7 @@ from ..meters.condition import Condition
 from ..meters.device import default_device, fingerprint, release
 from ..meters.energy import ENERGY_VALUES, EnergyMeter, calibrate, open_energy_meter
 from ..meters.host import resolve_label
-from ..meters.latency import LATENCY_FIELDS
+from ..meters.latency import LATENCY_FIELDS, PastDeadline
 from ..meters.runner import (
     Settings,
     conditions_from_params,
@@ -155,7 +155,13 @@ class _Campaign:
                             "rest is measured by a rerun", condition.id, g, len(plan.groups))
                 return None
             if stored is None:
-                stored, shortfall = self._measure_watched(condition, plan.groups[g], g)
+                try:
+                    stored, shortfall = self._measure_watched(condition, plan.groups[g], g)
+                except PastDeadline as late:
+                    progress.close()
+                    log.warning("%s: group %d stopped: %s; a rerun measures it (the archs' "
+                                "rows measured so far are kept)", condition.id, g, late)
+                    return None
             if shortfall is not None:
                 shortages += 1
                 plan = self.shrink(condition, plan, g, shortfall, shortages)
@@ -234,6 +240,9 @@ class _Campaign:
                   if self.parts else {})
         rows = []
         for arch in members:
+            if arch.id not in stored and self.out_of_time():
+                raise PastDeadline(f"the time bound passed with {len(stored)} of the "
+                                   f"{len(members)} archs' rows measured")
             if arch.id not in stored:
                 stored[arch.id] = measure_arch(self.space, arch, self.vocab_size, condition,
                                                self.device, self.meter, per_arch)
@@ -311,8 +320,13 @@ class _Campaign:
             archs = [Arch.from_id(row["arch_id"]) for row in timed]
             log.info("%s: timing %d contended archs again (visit %d of %d)", condition.id,
                      sum(i < len(pending) for i in fits), visit, bounds.retries)
-            stats = measure_latency_of_archs(self.space, archs, self.vocab_size, condition,
-                                             self.device, self.settings)
+            try:
+                stats = measure_latency_of_archs(self.space, archs, self.vocab_size, condition,
+                                                 self.device, self.settings)
+            except PastDeadline:
+                log.warning("%s: visit %d stopped: the time bound passed (a rerun times the "
+                            "contended rows again)", condition.id, visit)
+                break
             new = dict(zip((id(row) for row in timed), stats, strict=True))
             pairs = [(row["latency_ms"], new[id(row)].get("latency_ms")) for row in anchors
                      if id(row) in new and new[id(row)].get("status") != "oom"]
@@ -379,8 +393,12 @@ class _Campaign:
         if len(subset) < 2:
             return {}
         log.info("%s: timing %d archs again (repeat subset)", condition.id, len(subset))
-        stats = measure_latency_of_archs(self.space, subset, self.vocab_size, condition,
-                                         self.device, self.settings)
+        try:
+            stats = measure_latency_of_archs(self.space, subset, self.vocab_size, condition,
+                                             self.device, self.settings)
+        except PastDeadline:
+            log.warning("%s: repeat subset not timed: the time bound passed", condition.id)
+            return {}
         return {arch.id: result["latency_ms"] for arch, result in zip(subset, stats, strict=True)
                 if result.get("status") != "oom"}
 
@@ -437,12 +455,13 @@ def measure_rows(section: MeasureSettings, space: SearchSpace, archs: Sequence[A
     judged against. With ``parts``, the finished condition's rows are stored; a rerun reads
     them and times again only those still contended.
 
-    ``deadline`` (a ``time.monotonic()`` value) bounds the campaign: past it, no group, visit
-    or repeat subset starts (the one under way finishes), and the conditions not finished are
-    left out of the rows returned (their groups measured so far stored in ``parts``).
+    ``deadline`` (a ``time.monotonic()`` value) bounds the campaign: past it, no arch, group,
+    visit or repeat subset starts and an interleaved timing stops at its next cycle (its
+    samples dropped), and the conditions not finished are left out of the rows returned (what
+    was measured so far stored in ``parts``).
     """
     device = default_device()
-    settings = measure_settings(section, device)
+    settings = replace(measure_settings(section, device), deadline=deadline)
     identity = fingerprint(settings.threads, device)
     resolved = resolve_label(label, identity, section.aliases)
     versions = library_versions()

@@ -201,6 +201,11 @@ def measure_latency(fn: Callable[[], Any], device: torch.device, *, warmup: int,
                                                                              runqueue_ns())}
 
 
+class PastDeadline(Exception):
+    """A timing stopped because its campaign's time bound passed (``deadline``): its samples
+    are dropped, and the caller leaves what it was timing to a later run."""
+
+
 class CallFailed(RuntimeError):
     """Callable ``index`` of an interleaved timing raised ``error`` (for example out of
     memory); the caller drops it and times the others again."""
@@ -264,8 +269,8 @@ def interleaved_stats(cycles: np.ndarray, estimator: str = "median") -> list[dic
 def measure_latency_interleaved(fns: Sequence[Callable[[], Any]], device: torch.device, *,
                                 warmup: int, min_repeats: int, max_repeats: int,
                                 target_rel_ci: float = 0.02, max_seconds: float,
-                                seed: int = 0, shuffle: bool = True, estimator: str = "median"
-                                ) -> list[dict[str, Any]]:
+                                seed: int = 0, shuffle: bool = True, estimator: str = "median",
+                                deadline: float | None = None) -> list[dict[str, Any]]:
     """Latency statistics of several callables timed round-robin, visiting each once per cycle
     in a seeded random order (in their given order without ``shuffle``: CUDA graphs that share
     a memory pool replay in the order they were captured), so that every one sees the same
@@ -283,7 +288,8 @@ def measure_latency_interleaved(fns: Sequence[Callable[[], Any]], device: torch.
     callable has at least ``min_repeats`` samples and its median CI is within
     ``target_rel_ci``, or ``max_repeats`` samples, or ``max_seconds`` per callable in total;
     all callables get the same count, and the run-queue wait of the whole timing. A callable
-    that runs out of memory raises :class:`CallFailed` with its index.
+    that runs out of memory raises :class:`CallFailed` with its index. Past ``deadline`` (a
+    ``time.monotonic()`` value), the next cycle raises :class:`PastDeadline` instead.
     """
     device, times = _timer(device, min_repeats, max_repeats, estimator)
     rng = np.random.default_rng(seed)
@@ -295,6 +301,8 @@ def measure_latency_interleaved(fns: Sequence[Callable[[], Any]], device: torch.
         synchronize(device)
         start, queue = time.perf_counter(), runqueue_ns()
         while True:
+            if deadline is not None and time.monotonic() > deadline:
+                raise PastDeadline(f"the time bound passed after {len(cycles)} cycles")
             cycle: list[list[tuple[float, float]]] = [[] for _ in fns]
             for i in rng.permutation(len(fns)) if shuffle else range(len(fns)):
                 _call(fns, i, lambda fn: fn())  # re-warm caches the previous visit evicted

@@ -69,6 +69,7 @@ class Settings:
     seed: int = 0
     latency: bool = True
     estimator: str = "median"  # latency_ms of a row (measure.latency.ESTIMATORS)
+    deadline: float | None = None  # time.monotonic() past which interleaved timing stops
 
     def __post_init__(self) -> None:
         check_estimator(self.estimator)
@@ -82,6 +83,10 @@ class Settings:
         return {"warmup": self.warmup, "min_repeats": self.min_repeats,
                 "max_repeats": self.max_repeats, "target_rel_ci": self.target_rel_ci,
                 "max_seconds": self.max_seconds, "estimator": self.estimator}
+
+    def interleaved(self) -> dict[str, Any]:
+        """The keyword arguments of the interleaved timer: :meth:`timing` and the deadline."""
+        return {**self.timing(), "deadline": self.deadline}
 
 
 def conditions_from_params(section: Mapping[str, Any], device: torch.device) -> list[Condition]:
@@ -214,7 +219,7 @@ def measure_latency_of_archs(space: SearchSpace, archs: Sequence[Arch], vocab_si
             order = list(fns)
             try:
                 stats = measure_latency_interleaved([fns[i] for i in order], x.device,
-                                                    **settings.timing(), seed=settings.seed,
+                                                    **settings.interleaved(), seed=settings.seed,
                                                     shuffle=pool is None)
             except CallFailed as failed:
                 i = order[failed.index]

@@ -15,7 +15,8 @@ not see), its Spearman ρ, share within ±10%, MdAPE and interval coverage on th
 Measured here, the rows are kept as they are measured (the measure stage's resume folder,
 :class:`~hwgptbench.campaign.parts.ShardParts`, under ``results/{scale}/.adapt/{device}/``), so
 a rerun of the same command measures only what is missing and times again the rows still
-contended; a time bound (``--max-minutes``) stops the measuring between groups and visits. A
+contended; a time bound (``--max-minutes``) stops the measuring at the next arch or timing
+cycle. A
 condition whose rows cannot fit a surrogate (fewer than k usable archs) is reported with its
 counts and skipped; the others are adapted and saved.
 """
@@ -43,7 +44,7 @@ from ..adaptation.targets import Profiles, TransferError, long_table, targets_of
 from ..api import ADAPTED_SUMMARY
 from ..campaign.parts import Owner, ShardParts, inputs_key
 from ..campaign.shard import conditions, measure_rows
-from ..io import canonical_json, write_parquet
+from ..io import atomic_write_text, canonical_json, write_parquet
 from ..meters.condition import CONDITION_KEYS, Condition, with_condition_columns
 from ..meters.device import default_device
 from ..metrics import measurement_frame, still_contended
@@ -141,7 +142,7 @@ def measure_for_adaptation(measure_section: MeasureSettings, space: SearchSpace,
     ``validate`` more drawn at random from the rest; the k are selected on the first
     condition's features. With ``progress`` (a folder), the rows are stored as they are
     measured and a rerun with the same inputs reuses them; ``max_minutes`` bounds the
-    measuring (no group or visit starts after it)."""
+    measuring (past it, no arch or timing cycle starts)."""
     runs = conditions(measure_section, space, default_device())
     first = runs[0]
     features = feature_matrix(space, candidates, vocab_size, first.batch_size, first.seq_len)
@@ -437,4 +438,4 @@ def _write_summary(path: Path, device: str, table: pl.DataFrame,
                               else "measured rows not among the k"),
                "estimate": [{key: record[key] for key in ("metric", "condition", *ESTIMATE)}
                             for record in written]}
-    path.write_text(canonical_json(summary), encoding="utf-8")
+    atomic_write_text(path, canonical_json(summary))
