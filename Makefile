@@ -90,9 +90,12 @@ hwgptbench: $(VENV)/.installed
 # REMOTE: a configured remote's name, or the URL of a published one, which hwgptbench pull adds
 # to .dvc/config.local (read-only, verify = true); ENDPOINT: an S3-compatible store's endpoint.
 # Both reach the recipe as environment variables, never as its text: the shell expands them as
-# one quoted word each (a quote, `;` or `$` in a URL stays part of it).
+# one quoted word each (a quote, `;` or `$` in a URL stays part of it). Make exports a variable
+# set on its command line to every recipe, expanding it first (`$(shell ...)` in a URL would
+# run): unexport keeps REMOTE and ENDPOINT out of every recipe's environment.
 REMOTE ?=
 ENDPOINT ?=
+unexport REMOTE ENDPOINT
 pull: export PULL_REMOTE := $(value REMOTE)
 pull: export PULL_ENDPOINT := $(value ENDPOINT)
 pull: $(VENV)/.installed

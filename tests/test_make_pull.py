@@ -1,5 +1,6 @@
 """`make pull`: REMOTE and ENDPOINT reach `hwgptbench pull` as one argument each, never as
-shell code (the real Makefile, with a stand-in `hwgptbench` that records its arguments)."""
+shell code nor as make code (the real Makefile, with a stand-in `hwgptbench` that records its
+arguments)."""
 
 from __future__ import annotations
 
@@ -47,3 +48,19 @@ def test_without_values_pull_gets_no_flags(tmp_path: Path) -> None:
     assert make_pull(tmp_path) == ["pull"]
     assert make_pull(tmp_path / "url", "REMOTE=https://host/it's") == [
         "pull", "--remote", "https://host/it's"]
+
+
+def test_make_functions_stay_in_their_argument(tmp_path: Path) -> None:
+    """Make exports a command-line variable to recipes after expanding it: a `$(shell ...)` in
+    REMOTE or ENDPOINT must not run, in `make pull` nor in another target's recipe."""
+    marker = tmp_path / "marker"
+    remote = f"https://h/$(shell touch {marker})x"
+    endpoint = f"https://e/$(shell touch {marker})"
+    arguments = make_pull(tmp_path, f"REMOTE={remote}", f"ENDPOINT={endpoint}")
+    assert arguments == ["pull", "--remote", remote, "--endpoint-url", endpoint]
+    assert not marker.exists()
+    done = subprocess.run(["make", "--no-print-directory", "-s", "-C", str(ROOT), "help",
+                           f"REMOTE={remote}", f"ENDPOINT={endpoint}"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()

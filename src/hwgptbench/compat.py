@@ -105,6 +105,9 @@ def arch_of(config: Mapping[str, Any], space: SearchSpace) -> Arch:
     n_layer = config["sample_n_layer"]
     if not isinstance(n_layer, int) or isinstance(n_layer, bool) or n_layer < 1:
         raise QueryError(f"sample_n_layer: {n_layer!r} is not a positive int")
+    if n_layer not in space.n_layer:  # before any list of n_layer values is built
+        raise QueryError(f"sample_n_layer: {n_layer} is not a layer count of the {space.name} "
+                         f"space ({', '.join(map(str, space.n_layer))})")
     for name in LAYER_LISTS:
         if name in config and not isinstance(config[name], (list, tuple)):
             raise QueryError(f"{name}: {config[name]!r} is not a list (one value per layer)")

@@ -48,7 +48,7 @@ def space_of(config: dict, scale: str) -> SearchSpace:
 
 def vocab_size(args: argparse.Namespace) -> int:
     """--vocab-size, else that of --data (default: the data stage's folder of the params)."""
-    if args.vocab_size:
+    if args.vocab_size is not None:
         return int(args.vocab_size)
     from .tokens.shards import TokenShards
 
@@ -66,6 +66,38 @@ def one_of(module: str, registry: str) -> Callable[[str], str]:
                                              f"{', '.join(sorted(choices))}")
         return name
     return check
+
+
+def params_int(*field: str) -> Callable[[str], int]:
+    """An argparse type accepting a whole number within the bounds the params schema gives
+    the field ``field`` (a path of property names; a list's bounds are its items'): a flag
+    that stands for a param is checked like the param."""
+    def check(text: str) -> int:
+        root = node = params.schema_file()
+        for name in field:
+            node = _resolved(root, node["properties"][name])
+        node = _resolved(root, node.get("items", node))
+        low, high = node.get("minimum"), node.get("maximum")
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(
+                f"{value} is not in [{low}, {high}] (as params' {'.'.join(field)})")
+        return value
+    return check
+
+
+def _resolved(root: dict, node: dict) -> dict:
+    """A node of the schema ``root``, its ``$ref`` (``#/$defs/NAME``) followed."""
+    ref = node.get("$ref")
+    if ref is None:
+        return node
+    target = root
+    for part in ref.removeprefix("#/").split("/"):
+        target = target[part]
+    return {**target, **{k: v for k, v in node.items() if k != "$ref"}}
 
 
 def scale_arg(command: argparse.ArgumentParser) -> None:
@@ -87,7 +119,7 @@ def vocab_source(command: argparse.ArgumentParser) -> None:
     source = command.add_mutually_exclusive_group()
     source.add_argument("--data", help="data-stage folder, for the vocabulary size "
                                        "(default: results/data/{data.name})")
-    source.add_argument("--vocab-size", type=int,
+    source.add_argument("--vocab-size", type=params_int("perplexity", "hwgptbench", "vocab_size"),
                         help="the vocabulary size instead of --data (perplexity.source "
                              "hwgptbench has no data stage: perplexity.hwgptbench.vocab_size)")
 

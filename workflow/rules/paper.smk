@@ -4,8 +4,6 @@ paper's budget against them (the search stage's commands with --source published
 transfer on other projects' data where params name it, then every table and figure. No
 training, measuring or network."""
 
-import json
-
 from hwgptbench.figures.catalog import PAPER_SCALE_FIGURES, PAPER_SEARCH_FIGURES, PAPER_TABLES
 
 PAPER = config["paper"]
@@ -15,21 +13,9 @@ PAPER_SEARCH = PAPER["search"]
 PAPER_SEARCH_PARAMS = hwparams.write_sections({"search": PAPER_SEARCH},
                                               layout.paper_params())["search"]
 EXTERNAL = PAPER["external"]
-
-# what ships with the package, from its manifest, read as data by its path in this checkout
-# (the workflow imports no more of the package than it must): every stage's DVC deps list it,
-# as every stage parses this file (`make deps` finds the package files the workflow names)
-SHIPPED = json.loads(Path("src/hwgptbench/published/manifest.json")
-                     .read_text(encoding="utf-8"))["scales"]
-_unshipped = sorted({*PAPER["scales"], PAPER["search_scale"]} - set(SHIPPED))
-if _unshipped:
-    raise WorkflowError(f"paper.scales / paper.search_scale: {_unshipped} ship no tables with "
-                        f"the package (shipped: {', '.join(SHIPPED)})")
-_shipped_devices = SHIPPED[PAPER["search_scale"]]["devices"]
-_missing = sorted(set(PAPER_SEARCH["devices"]) - set(_shipped_devices))
-if _missing:
-    raise WorkflowError(f"paper.search.devices: {_missing} have no shipped table of scale "
-                        f"{PAPER['search_scale']} (shipped: {', '.join(_shipped_devices)})")
+# its scales and search devices ship tables with the package, and paper.external names
+# folders that are there: the Snakefile checks it (workflow_checks.check_workflow, as
+# `hwgptbench validate` does)
 
 
 rule paper_surrogates:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .. import layout
 from ..hwgpt_source import FILES, REV, URL, VOCAB_SIZE
-from ..options import Add, load, space_of
+from ..options import Add, load, params_int, space_of
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +68,12 @@ def register(add: Add) -> None:
                                               "record; needed with --rev where they have none)")
     command.add_argument("--rev", help="commit of the files (default: the one their DVC "
                                        "pointers record)")
-    command.add_argument("--train-steps", type=int, default=1,
+    command.add_argument("--train-steps", type=params_int("supernet", "steps"), default=1,
                          help="train_steps of every row: the files do not record how long the "
                               "published supernet trained, so one fidelity (default: "
                               "%(default)s)")
-    command.add_argument("--vocab-size", type=int, default=VOCAB_SIZE,
+    command.add_argument("--vocab-size", default=VOCAB_SIZE,
+                         type=params_int("perplexity", "hwgptbench", "vocab_size"),
                          help="vocabulary size in the params column (default: %(default)s, "
                               "the published supernets' embedding rows)")
     command.add_argument("--out", help="perplexity table (default: "

@@ -33,6 +33,10 @@ class DeviceMismatchError(UserError, ValueError):
     """A configured device label does not name the hardware the measurement runs on."""
 
 
+class DeviceLabelError(UserError, ValueError):
+    """A device label given (--device, measure.device) that is not a label: not a slug."""
+
+
 def cpuinfo() -> list[dict[str, str]]:
     """The processor entries of /proc/cpuinfo (empty where there is none)."""
     path = Path("/proc/cpuinfo")
@@ -98,7 +102,9 @@ def resolve_label(label: str, fp: Mapping[str, Any],
     if label == "auto":
         return detected
     if not _SLUG.fullmatch(label):
-        raise ValueError(f"device label {label!r} is not a slug of [a-z0-9] words joined by '-'")
+        raise DeviceLabelError(f"device label {label!r} (--device, measure.device) is not a "
+                               "slug of [a-z0-9] words joined by '-'; use 'auto' or such a "
+                               "label")
     aliases = aliases or {}
     if (label == detected or label.startswith(f"{detected}-")
             or aliases.get(label) == detected):

@@ -7,7 +7,7 @@ import argparse
 import logging
 import subprocess
 
-from ..options import Add, load, space_of
+from ..options import Add, load, params_int, space_of
 
 log = logging.getLogger("hwgptbench")
 
@@ -28,7 +28,8 @@ def cmd_ship(args: argparse.Namespace) -> None:
     from . import FOLDER, ship
 
     config = load(args, ["spaces", "perplexity"])
-    vocab = args.vocab_size or config["perplexity"]["hwgptbench"]["vocab_size"]
+    vocab = (args.vocab_size if args.vocab_size is not None
+             else config["perplexity"]["hwgptbench"]["vocab_size"])
     record = ship(args.scale, space_of(config, args.scale), vocab, args.perplexity,
                   args.device or [], args.folder or FOLDER, args.replace_devices,
                   ", ".join(args.measured_by) if args.measured_by else head_commit())
@@ -50,8 +51,9 @@ def register(add: Add) -> None:
                                                            ".parquet); repeatable")
     command.add_argument("--replace-devices", action="store_true",
                          help="drop the shipped devices not given with --device")
-    command.add_argument("--vocab-size", type=int, help="vocabulary of the networks (default: "
-                                                        "perplexity.hwgptbench.vocab_size)")
+    command.add_argument("--vocab-size", type=params_int("perplexity", "hwgptbench", "vocab_size"),
+                         help="vocabulary of the networks (default: "
+                              "perplexity.hwgptbench.vocab_size)")
     command.add_argument("--folder", help="the shipped tables' folder (default: the package's)")
     command.add_argument("--measured-by", action="append",
                          help="commit of the code that measured the device tables; repeat it "

@@ -12,7 +12,7 @@ import polars as pl
 
 from .. import params
 from ..io import atomic_write_json, write_parquet
-from ..options import Add, load_settings, one_of, scale_and_results
+from ..options import Add, load_settings, one_of, params_int, scale_and_results
 from ..outputs import check_output_dir
 from ..settings.sections import SearchSettings, SurrogateSettings
 
@@ -117,7 +117,8 @@ def register(add: Add) -> None:
                          type=one_of("hwgptbench.search_algorithms", "ALGORITHMS"),
                          help="search algorithm (docs/search.md)")
     command.add_argument("--reference", required=True, help="folder of search-reference")
-    command.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
+    command.add_argument("--threads", type=params_int("measure", "threads"), default=1,
+                         help="torch threads (default: 1)")
     command = add("search-summary", cmd_search_summary)
     command.add_argument("--out-dir", required=True, help="folder of the summary tables")
     command.add_argument("--metrics-out", required=True, help="DVC metrics file (JSON)")

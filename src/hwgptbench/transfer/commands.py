@@ -20,6 +20,7 @@ from ..options import (
     load,
     load_settings,
     one_of,
+    params_int,
     scale_and_results,
     scale_and_vocab,
     space_of,
@@ -244,29 +245,73 @@ def validation_archs(text: str) -> int:
     return n
 
 
+def table_count(text: str) -> tuple[str, int]:
+    """--drop-first: TABLE:N, a table's name and a whole number of archs from 0."""
+    name, colon, count = text.rpartition(":")
+    if not colon or not name or not count.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not TABLE:N (N a whole number from 0)")
+    return name, int(count)
+
+
+def external_method(name: str) -> str:
+    """--methods: a transfer method or a baseline (imported only when the flag is given)."""
+    from ..adaptation.methods import METHODS
+    from .evaluate import BASELINES
+
+    if name not in (*METHODS, *BASELINES):
+        raise argparse.ArgumentTypeError(f"{name!r} is not one of "
+                                         f"{', '.join((*METHODS, *BASELINES))}")
+    return name
+
+
 def cmd_transfer_external(args: argparse.Namespace) -> None:
     """Few-shot transfer on other projects' public latency data (HELP's FBNet, HAT) and on
     device tables, beside their published numbers: a markdown report and the quality rows;
     with no data given, the report says it was skipped and how to add the data."""
     from ..io import atomic_write_text
+    from ..outputs import make_dirs
+    from .external import ExternalDataError
+    from .external_eval import check_ks
     from .external_report import SKIPPED, data_sets, drop_first, evaluate
 
     external = load_settings(args, PaperSettings).external
     out = Path(args.out_dir)
-    runs = data_sets(args.help_fbnet or external.help_fbnet, args.hat or external.hat,
-                     args.gpt)
-    for item in args.drop_first:
-        name, _, count = item.rpartition(":")
+    ks = args.ks if args.ks is not None else external.ks
+    seeds = args.seeds if args.seeds is not None else external.seeds
+    report_k = args.report_k if args.report_k is not None else external.report_k
+    if report_k not in ks:
+        raise ExternalDataError(
+            f"--report-k {report_k} is not one of --ks {' '.join(map(str, ks))} (the report "
+            "is at one of the k evaluated; params: paper.external.report_k and ks): add it "
+            "to --ks or choose one of them")
+    runs = data_sets(args.help_fbnet if args.help_fbnet is not None else external.help_fbnet,
+                     args.hat if args.hat is not None else external.hat, args.gpt)
+    tables = {name for data, _ in runs for name in data.tables}
+    for name, count in args.drop_first:
+        if name not in tables:
+            raise ExternalDataError(f"--drop-first {name}:{count}: no table {name!r} in the "
+                                    f"data given (tables: {', '.join(sorted(tables))})")
         for data, _ in runs:
             if name in data.tables:
-                data.tables[name] = drop_first(data.tables[name], int(count))
-    out.mkdir(parents=True, exist_ok=True)
+                if count >= len(data.tables[name].keys):
+                    raise ExternalDataError(f"--drop-first {name}:{count}: the table has "
+                                            f"{len(data.tables[name].keys)} archs; leave some")
+                data.tables[name] = drop_first(data.tables[name], count)
+    splits = {split.name for _, splits in runs for split in splits}
+    unknown = sorted(set(args.only) - splits)
+    if unknown:
+        raise ExternalDataError(f"--only {' '.join(unknown)}: no such split of the data given "
+                                f"(splits: {', '.join(sorted(splits)) or 'none'})")
+    for data, splits_of in runs:
+        for split in splits_of:
+            if not args.only or split.name in args.only:
+                check_ks(data, split, ks)
+    make_dirs(out)
     if not runs:
         log.warning("transfer-external: %s", SKIPPED.strip())
         atomic_write_text(out / "external.md", SKIPPED)
         return
-    scored = evaluate(runs, args.ks or external.ks, args.seeds or external.seeds,
-                      args.report_k or external.report_k, args.only, args.methods)
+    scored = evaluate(runs, ks, seeds, report_k, args.only, args.methods)
     write_parquet(scored.quality, out / "quality.parquet")
     write_parquet(scored.summary, out / "summary.parquet")
     atomic_write_text(out / "external.md", scored.markdown)
@@ -306,8 +351,8 @@ def register(add: Add) -> None:
                          help="archs to validate on, 2 or more: measured here besides the k "
                               "(or rows of --measurements beyond the k); default: none")
     command.add_argument("--max-minutes", type=positive_minutes, default=20.0,
-                         help="bound on the measuring (default 20): past it no group or visit "
-                              "starts; what was measured is kept and a rerun resumes")
+                         help="bound on the measuring (default 20): past it no arch or timing "
+                              "cycle starts; what was measured is kept and a rerun resumes")
     command.add_argument("--method", type=one_of("hwgptbench.adaptation.methods", "METHODS"),
                          help="adaptation method (default: transfer.method; docs/transfer.md)")
     command.add_argument("--selection",
@@ -321,15 +366,21 @@ def register(add: Add) -> None:
                                        "paper.external.hat)")
     command.add_argument("--gpt", nargs="+", default=[],
                          help="device tables of several devices of one scale (this project's)")
-    command.add_argument("--ks", type=int, nargs="+", help="default: paper.external.ks")
-    command.add_argument("--seeds", type=int, help="default: paper.external.seeds")
-    command.add_argument("--report-k", type=int, help="default: paper.external.report_k")
+    command.add_argument("--ks", type=params_int("paper", "external", "ks"), nargs="+",
+                         help="measured archs of the held-out device, each fewer than the "
+                              "archs it is drawn from (default: paper.external.ks)")
+    command.add_argument("--seeds", type=params_int("paper", "external", "seeds"),
+                         help="default: paper.external.seeds")
+    command.add_argument("--report-k", type=params_int("paper", "external", "report_k"),
+                         help="one of --ks (default: paper.external.report_k)")
     command.add_argument("--drop-first", nargs="+", default=[], metavar="TABLE:N",
+                         type=table_count,
                          help="leave out the first N archs of a table (a sensitivity check "
                               "of rows suspected of a measurement artefact)")
     command.add_argument("--only", nargs="+", default=[], metavar="SPLIT",
                          help="evaluate only these splits (names as in the report)")
     command.add_argument("--methods", nargs="+", default=None, metavar="NAME",
+                         type=external_method,
                          help="methods and baselines to score (default: all)")
     command.add_argument("--out-dir", required=True,
                          help="folder of external.md, quality.parquet and summary.parquet")

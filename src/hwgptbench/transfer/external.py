@@ -270,6 +270,37 @@ def hat_features(table: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return features, HAT_TOKENS * (encoder + decoder) + attention, encoder + decoder
 
 
+HAT_LATENCIES = ("latency_mean_encoder", "latency_mean_decoder")
+HAT_SIGNED = ("decoder_arbitrary_ende_attn_avg",)  # -1 stands for "all encoder layers"
+
+
+def _hat_table(path: Path) -> pl.DataFrame:
+    """One of HAT's CSVs, its columns checked: every column the loader reads present, a
+    finite number in every row, positive but for :data:`HAT_SIGNED`; anything else (not a
+    CSV, not UTF-8, rows of other lengths) is :class:`ExternalDataError` naming the file."""
+    try:
+        table = pl.read_csv(path)
+    except (pl.exceptions.PolarsError, UnicodeDecodeError) as err:
+        first = next((line for line in str(err).splitlines() if line.strip()), "")
+        raise ExternalDataError(f"{path}: not a CSV table of HAT's latency_dataset ({first}); "
+                                "point at HAT's latency_dataset folder") from None
+    missing = [c for c in (*HAT_COLUMNS, *HAT_LATENCIES) if c not in table.columns]
+    if missing:
+        raise ExternalDataError(f"{path}: missing columns {', '.join(missing)}")
+    for column in (*HAT_COLUMNS, *HAT_LATENCIES):
+        try:
+            values = table[column].cast(pl.Float64).to_numpy()
+        except pl.exceptions.PolarsError:
+            raise ExternalDataError(f"{path}: column {column} is not numbers") from None
+        good = np.isfinite(values) & ((values > 0) | (column in HAT_SIGNED))
+        if not good.all():
+            row = int(np.flatnonzero(~good)[0])
+            raise ExternalDataError(f"{path}: column {column}, row {row + 1}: "
+                                    f"{table[column][row]!r} is not a finite"
+                                    f"{'' if column in HAT_SIGNED else ' positive'} number")
+    return table
+
+
 def load_hat(folder: str | Path) -> ExternalSet:
     """HAT's latency CSVs: every ``*_all.csv`` under ``folder`` (its ``latency_dataset``) is a
     table named ``{task}_{device}``."""
@@ -278,11 +309,7 @@ def load_hat(folder: str | Path) -> ExternalSet:
         raise ExternalDataError(f"no *_all.csv under {folder}: point at HAT's latency_dataset")
     tables = {}
     for path in paths:
-        table = pl.read_csv(path)
-        missing = [c for c in (*HAT_COLUMNS, "latency_mean_encoder", "latency_mean_decoder")
-                   if c not in table.columns]
-        if missing:
-            raise ExternalDataError(f"{path}: missing columns {', '.join(missing)}")
+        table = _hat_table(path)
         features, flops, params = hat_features(table)
         keys = np.array([",".join(f"{v:g}" for v in row)
                          for row in table.select(HAT_COLUMNS).iter_rows()])

@@ -22,7 +22,7 @@ from tqdm import tqdm
 from ..adaptation.methods import METHODS, Design, Structure, make_method
 from ..adaptation.sources import train_booster
 from .evaluate import BASELINES, Case, adapt_predictions, baseline_predictions, scores
-from .external import DeviceTable, ExternalSet, Split, device_of
+from .external import DeviceTable, ExternalDataError, ExternalSet, Split, device_of
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,8 @@ def structure_of(data: ExternalSet) -> Structure:
 def case_of(data: ExternalSet, target: str, sources: Sequence[str], seed: int = 0) -> Case:
     """The held-out target with the given sources (never the target itself)."""
     if target in sources or not sources:
-        raise ValueError(f"{target}: need sources other than itself, got {list(sources)}")
+        raise ExternalDataError(f"{target}: need sources other than itself, got "
+                                f"{list(sources)}")
     own = data.table(target)
     tables = [data.table(s) for s in sources]
     same = [len(t.keys) == len(own.keys) and np.array_equal(t.keys, own.keys) for t in tables]
@@ -88,12 +89,27 @@ def pools(split: Split, values: np.ndarray) -> tuple[np.ndarray, dict[str, np.nd
     n = len(values)
     if split.protocol == "help":
         if n < split.train + split.query:
-            raise ValueError(f"the help protocol needs {split.train + split.query} archs, "
-                             f"got {n}")
+            raise ExternalDataError(f"{split.name}: the help protocol needs "
+                                    f"{split.train + split.query} archs, got {n}")
         pool = _trimmed(np.arange(split.train), values)
         query = _trimmed(np.arange(split.train, split.train + split.query), values)
         return pool, {"query": query, "all": None}
     return np.arange(n), {"all": None}
+
+
+def check_ks(data: ExternalSet, split: Split, ks: Sequence[int]) -> None:
+    """Refuse a k that the split cannot draw for one of its targets: more archs than its pool
+    holds, or too many to leave 2 archs to score (--ks, paper.external.ks)."""
+    for target in split.targets:
+        values = data.table(target).values
+        pool, _ = pools(split, values)
+        most = min(len(pool), len(values) - 2)
+        over = [k for k in ks if k > most]
+        if over:
+            raise ExternalDataError(
+                f"--ks {' '.join(map(str, over))}: split {split.name} draws the k archs of "
+                f"{target} from {len(pool)} of its {len(values)} archs and scores the rest, so "
+                f"k is at most {max(most, 0)} (paper.external.ks for the workflow)")
 
 
 def sources_of(data: ExternalSet, split: Split, target: str) -> list[str]:
@@ -112,8 +128,8 @@ def evaluate_split(data: ExternalSet, split: Split, ks: Sequence[int], seeds: in
     names = list(methods or (*METHODS, *BASELINES))
     unknown = [m for m in names if m not in METHODS and m not in BASELINES]
     if unknown:
-        raise ValueError(f"unknown methods {', '.join(unknown)}; known: "
-                         f"{', '.join((*METHODS, *BASELINES))}")
+        raise ExternalDataError(f"unknown methods {', '.join(unknown)}; known: "
+                                f"{', '.join((*METHODS, *BASELINES))}")
     rows: list[dict[str, Any]] = []
     for target in split.targets:
         case = case_of(data, target, sources_of(data, split, target))
