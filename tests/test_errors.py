@@ -21,6 +21,7 @@ from test_api import DEVICE, SECTION, SPACE, VOCAB, synthetic_tables
 INTERNAL = {
     "BudgetExhausted": "a search's evaluation budget is spent; the runner stops the algorithm",
     "CallFailed": "a timed call failed; the measure stage records the row as failed",
+    "PastDeadline": "a campaign's time bound passed; what it measured is kept for a rerun",
     "QuantizationUnsupported": "the backend lacks int8 kernels; the row is recorded as skipped",
     "Shortage": "other processes took the memory a group needs; the campaign plans smaller groups",
     "Unsupported": "a workload does not apply; the runtime row is recorded as skipped",

@@ -278,13 +278,13 @@ def adapt_device(section: TransferSettings, space: SearchSpace, vocab_size: int,
             written += got
             skipped |= missed
         table = coverage(target_table, section.metrics, plan, written, skipped)
-        missed = describe(table)
+        unadapted = describe(table)
         if not written:
             raise NothingAdapted(f"nothing adapted for {device}: " + (
-                f"\n{missed}" if missed else f"no metric of transfer.metrics "
+                f"\n{unadapted}" if unadapted else f"no metric of transfer.metrics "
                 f"({', '.join(section.metrics)}) has a measured value in its rows"))
-        if missed:
-            log.warning("%s: not adapted:\n%s", device, missed)
+        if unadapted:
+            log.warning("%s: not adapted:\n%s", device, unadapted)
         write_parquet(target_table, staging / MEASURED)
         _write_summary(staging / SUMMARY, device, target_table, written, plan, method)
     return Adaptation([{**record, "folder": str(out / record["folder"])} for record in written],
