@@ -55,9 +55,10 @@ from .meters.condition import (
     Condition,
     with_condition_columns,
 )
+from .metrics import answer_bounds
 from .predictors.base import Surrogate
 from .predictors.features import analytic_counts, features_of_encoded
-from .predictors.store import METADATA, load_surrogate, read_metadata
+from .predictors.store import METADATA, SurrogateFileError, load_surrogate, read_metadata
 from .schema import ANY
 from .space import Arch, InvalidArchError, SearchSpace
 
@@ -78,6 +79,10 @@ ADAPTED_SUMMARY = "adapted.json"  # beside an adapted device's surrogates: its d
 BEST = "best"  # the family that scored best out of fold, per (metric, device, condition)
 TARGET_KEYS = ["metric", "device", "condition"]
 TABLE_FIX = "delete it and rerun the workflow (`make run`), or pull it again (`make pull`)"
+# the measurements an adapted device's folder holds (transfer.adapt.MEASURED), and what to do
+# about a folder that is refused
+ADAPTED_MEASUREMENTS = "measurements.parquet"
+ADAPTED_FIX = "delete the device's folder and adapt it again (`hwgptbench adapt`)"
 
 
 class QueryError(UserError, ValueError):
@@ -87,6 +92,16 @@ class QueryError(UserError, ValueError):
 
 class NoSurrogatesError(QueryError, FileNotFoundError):
     """A scale has no surrogates to load: neither a run's nor shipped tables."""
+
+
+class ImplausibleAnswer(QueryError):
+    """A query's answer that no device or model can have: not finite, outside the range of
+    its metric (:func:`~hwgptbench.metrics.answer_bounds`), or outside its own interval; named
+    with the surrogate folder or table it came from, never returned."""
+
+
+class AdaptedTableError(QueryError):
+    """An adapted device's measurement table that holds rows of another device."""
 
 
 SHOWN_CONDITIONS = 5
@@ -209,12 +224,13 @@ def _choose(kind: str, value: Any, available: Sequence[str]) -> str:
     return value
 
 
-def _surrogate_rows(folder: Path) -> list[dict[str, Any]]:
+def _surrogate_rows(folder: Path, adapted: bool = False) -> list[dict[str, Any]]:
     """One index row per surrogate under ``folder``: its target, family, train_steps, folder,
-    space and feature args."""
+    space and feature args. Each surrogate must sit where its metadata's target sits
+    (``store.check_placement``; ``adapted``: the layout of the adapted devices' folder)."""
     rows = []
     for path in sorted(folder.glob(f"**/{METADATA}")):
-        meta = read_metadata(path.parent)
+        meta = read_metadata(path.parent, folder, adapted)
         rows.append({"metric": meta["metric"], "device": meta["device"],
                      "condition": meta["condition"], "family": meta["family"],
                      "train_steps": meta.get("train_steps"), "folder": str(path.parent),
@@ -237,6 +253,27 @@ def adapted_defaults(folder: Path) -> dict[str, str]:
                              "id: adapt the device again (`hwgptbench adapt`)")
         defaults[path.parent.name] = condition
     return defaults
+
+
+def adapted_measurements(folder: Path) -> list[pl.DataFrame]:
+    """The measurements of each device adapted under ``folder``: the one table `hwgptbench
+    adapt` writes beside its surrogates (``{device}/measurements.parquet``, transfer.adapt's
+    MEASURED), never any other file; a table holding rows of another device than its folder's
+    is refused (:class:`AdaptedTableError`)."""
+    tables = []
+    for path in sorted(folder.glob(f"*/{ADAPTED_MEASUREMENTS}")):
+        table = read_parquet(path, ADAPTED_FIX)
+        device = path.parent.name
+        if "device" not in table.columns:
+            raise AdaptedTableError(f"{path} has no device column: {ADAPTED_FIX}")
+        others = table.filter(pl.col("device").is_null() | (pl.col("device") != device))
+        if others.height:
+            raise AdaptedTableError(
+                f"{path}: {others.height} of its {table.height} rows are of device "
+                f"{_shown(others['device'][0])}, not {device!r}, the device of its folder (a "
+                f"table copied from another device's folder): {ADAPTED_FIX}")
+        tables.append(table)
+    return tables
 
 
 def _is_condition_id(text: str) -> bool:
@@ -280,10 +317,10 @@ class RunTables:
         adapted = Path(layout.adapted(scale, top))
         measured = [read_parquet(p, TABLE_FIX) for p in [
             Path(layout.measurements(scale, top)),
-            *sorted(Path(layout.runtime_tables(scale, top)).glob("*.parquet")),
-            *sorted(adapted.glob("*/*.parquet"))] if p.exists()]
+            *sorted(Path(layout.runtime_tables(scale, top)).glob("*.parquet"))] if p.exists()]
+        measured += adapted_measurements(adapted)
         perplexity = Path(layout.perplexity(scale, top))
-        return cls(surrogates, _surrogate_rows(surrogates), _surrogate_rows(adapted),
+        return cls(surrogates, _surrogate_rows(surrogates), _surrogate_rows(adapted, True),
                    pl.concat(measured, how="diagonal_relaxed") if measured else None,
                    read_parquet(perplexity, TABLE_FIX) if perplexity.exists() else None,
                    measured_default(Path(layout.params_sections(top)) / "measure.json"),
@@ -651,9 +688,19 @@ class Benchmark:
                              "fields or pass one of these ids")
         return found[0]
 
-    def _model(self, folder: str) -> Surrogate:
+    def _model(self, entry: Mapping[str, Any]) -> Surrogate:
+        """The surrogate of an index entry, whose metadata must still name the entry's target
+        (the index was read from it when the benchmark was loaded)."""
+        folder = entry["folder"]
         if folder not in self._models:
-            self._models[folder] = load_surrogate(folder, self.space)[0]
+            model, metadata = load_surrogate(folder, self.space)
+            keys = [*TARGET_KEYS, "family"]
+            if [metadata[k] for k in keys] != [entry[k] for k in keys]:
+                raise SurrogateFileError(
+                    f"{folder}: its {METADATA} names {_target_words(metadata)}, but it was "
+                    f"indexed as {_target_words(entry)} when the benchmark was loaded (changed "
+                    "since): load the benchmark again, or delete the folder and refit it")
+            self._models[folder] = model
         return self._models[folder]
 
     @property
@@ -730,6 +777,7 @@ class Benchmark:
         distinct = list(dict(zip(ids, parsed, strict=True)).values())
         encoded: np.ndarray | None = None  # one encoding, features per feature key
         features: dict[tuple[int, int, int], np.ndarray] = {}
+        origins: dict[str, Origin] = {}  # where each answered metric's values came from
         for metric in metrics:
             if metric in COMPUTED:
                 if encoded is None:
@@ -739,19 +787,100 @@ class Benchmark:
             entry = self._entry(metric, device, condition, fidelity)
             if mode == "measured":
                 columns[metric] = self._measured(metric, entry, ids)
+                origins[metric] = Origin(entry, None, np.ones(len(ids), dtype=bool))
                 continue
             key = (entry["vocab_size"], entry["batch_size"], entry["seq_len"])
             if key not in features:
                 if encoded is None:
                     encoded = self._encode(distinct, parsed)
                 features[key] = features_of_encoded(self.space, encoded, *key)
-            model = self._model(entry["folder"])
-            columns[metric] = model.predict(features[key])[inverse]
+            model = self._model(entry)
+            point = model.predict(features[key])
+            columns[metric] = point[inverse]
+            measured = np.zeros(len(ids), dtype=bool)
             if mode == "auto":
-                known = self._measured(metric, entry, ids).to_numpy()
-                columns[metric] = np.where(np.isnan(known), columns[metric], known)
+                known = self._measured(metric, entry, ids)
+                measured = known.is_not_null().to_numpy()  # a NaN measured is checked below
+                columns[metric] = np.where(measured, known.to_numpy(), columns[metric])
+            origins[metric] = Origin(entry, entry["folder"], measured)
             if return_interval:
-                low, high = model.predict_interval(features[key])
+                # no interval around a point that is not a number: refused below with it
+                low, high = (model.predict_interval(features[key]) if np.isfinite(point).all()
+                             else (np.full(len(point), np.nan),) * 2)
                 columns[f"{metric}_lo"], columns[f"{metric}_hi"] = low[inverse], high[inverse]
-        return pl.DataFrame(columns)
+        return checked_answers(pl.DataFrame(columns), origins)
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a query's values of one metric came from: the index entry of its target, the
+    surrogate folder that predicted (None in measured mode) and which rows are measured."""
+
+    entry: Mapping[str, Any]
+    folder: str | None
+    measured: np.ndarray  # bool per row: the value is the measured table's
+
+
+def _target_words(entry: Mapping[str, Any]) -> str:
+    """``the lightgbm surrogate of latency_ms on {device} under {condition}`` (of perplexity:
+    its fidelity's condition only where it is one)."""
+    where = ("" if entry["metric"] in DEVICE_FREE and entry["condition"] == ANY
+             else f" under {entry['condition']}" if entry["metric"] in DEVICE_FREE
+             else f" on {entry['device']} under {entry['condition']}")
+    return f"the {entry['family']} surrogate of {entry['metric']}{where}"
+
+
+def checked_answers(table: pl.DataFrame, origins: Mapping[str, Origin]) -> pl.DataFrame:
+    """``table``, the answer of a query, if every value of each metric of ``origins`` is
+    plausible: finite and within the metric's range (:func:`metrics.answer_bounds`; a null
+    is a value not measured), and a predicted value within its interval (``{metric}_lo`` <=
+    value <= ``{metric}_hi``, both finite) where the table has one. Else
+    :class:`ImplausibleAnswer` naming the surrogate folder (or the measured table), the
+    metric, the first such arch and its value, and the fix: no query returns garbage."""
+    for metric, origin in origins.items():
+        values = table[metric].cast(pl.Float64).to_numpy()  # a null: NaN, skipped if measured
+        null = table[metric].is_null().to_numpy()
+        bounds = answer_bounds(metric)
+        bad = ~null & ~np.isfinite(values)
+        why = np.full(len(values), "is not a finite number", dtype=object)
+        if bounds is not None:
+            outside = ~null & np.isfinite(values) & ((values < bounds.low)
+                                                     | (values > bounds.high))
+            why[outside] = f"is outside [{bounds.low:g}, {bounds.high:g}] ({bounds.words})"
+            bad |= outside
+        if f"{metric}_lo" in table.columns:
+            low = table[f"{metric}_lo"].cast(pl.Float64).to_numpy()
+            high = table[f"{metric}_hi"].cast(pl.Float64).to_numpy()
+            loose = ~bad & ~(np.isfinite(low) & np.isfinite(high))
+            why[loose] = "has an interval end that is not a finite number"
+            predicted = ~bad & ~loose & ~origin.measured
+            crossed = predicted & ((low > values) | (values > high))
+            why[crossed] = "is outside its own interval"
+            bad |= loose | crossed
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise ImplausibleAnswer(_implausible(table, metric, origin, row, str(why[row])))
+    return table
+
+
+def _implausible(table: pl.DataFrame, metric: str, origin: Origin, row: int, why: str) -> str:
+    """The message of an implausible answer: where it came from, what, and the fix."""
+    arch, value = table["arch_id"][row], table[metric][row]
+    interval = (f" (interval [{table[f'{metric}_lo'][row]!r}, {table[f'{metric}_hi'][row]!r}])"
+                if f"{metric}_lo" in table.columns else "")
+    entry = origin.entry
+    if origin.measured[row]:
+        source = ("the perplexity table" if metric in DEVICE_FREE
+                  else f"the measured table of {entry['device']} under {entry['condition']}")
+        return (f"{source} holds {metric} {value!r} for arch {arch}, which {why}: no device "
+                "measures it; drop the row or measure it again (`hwgptbench measure`), or "
+                f"delete the table and rerun the workflow (`make run`) or pull it (`make pull`)")
+    adapted = entry["family"] == ADAPTED
+    fix = ("delete the folder and adapt the device again (`hwgptbench adapt`)" if adapted
+           else "delete the folder and refit the surrogates (`make run`), or pull them again "
+           "(`make pull`); a cache of the shipped tables (results/published/) is refitted "
+           "once deleted")
+    return (f"{origin.folder}: {_target_words(entry)} answered {value!r} for arch {arch}"
+            f"{interval}, which {why}: the folder is corrupt or was fitted on bad values; "
+            f"{fix}")
 

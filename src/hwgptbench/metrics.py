@@ -56,6 +56,12 @@ class Bounds:
 UNIT_BOUNDS = {"ms": Bounds(1e-3, 3.6e6, "1 µs to 1 h per forward"),
                "mJ": Bounds(1e-3, 3.6e10, "1 µJ to 10 kW for 1 h"),
                "MB": Bounds(1e-3, 1e8, "1 kB to 100 TB")}
+# the bounds of the perplexity table's metrics, which have no unit of UNIT_BOUNDS: a perplexity
+# is the exponential of a mean cross-entropy, at least 1 (a uniform guess over the schema's
+# largest vocabulary, 2^24 tokens, scores 1.7e7; 1e12 is 27.6 nats per token), an accuracy a
+# fraction
+ARCH_BOUNDS = {PERPLEXITY: Bounds(1.0, 1e12, "1 to 1e12, the exponential of a loss"),
+               "accuracy": Bounds(0.0, 1.0, "a fraction, 0 to 1")}
 
 
 @dataclass(frozen=True)
@@ -165,6 +171,15 @@ def measured_bounds() -> dict[str, Bounds]:
     other measured columns' (:data:`OTHER_UNITS`), by column."""
     units = {metric.name: metric.unit for metric in METRICS.values()} | OTHER_UNITS
     return {column: UNIT_BOUNDS[unit] for column, unit in units.items() if unit in UNIT_BOUNDS}
+
+
+def answer_bounds(metric: str) -> Bounds | None:
+    """The range of a value of ``metric`` that a query may return (measured or predicted):
+    its unit's for a hardware metric or another measured column, :data:`ARCH_BOUNDS` for the
+    perplexity table's; None for a metric of no known range."""
+    if metric in ARCH_BOUNDS:
+        return ARCH_BOUNDS[metric]
+    return measured_bounds().get(metric)
 
 
 def label(column: str) -> str | None:

@@ -29,7 +29,7 @@ from .. import __version__
 from ..errors import UserError
 from ..io import atomic_write_json, canonical_json, read_json, read_parquet, write_parquet
 from ..meters.condition import Condition
-from ..metrics import measurement_frame
+from ..metrics import measured_bounds, measurement_frame
 from ..outputs import make_own_dir, remove_own_dir
 from ..settings.sections import MeasureSettings
 from ..space import Arch, SearchSpace
@@ -168,6 +168,7 @@ class ShardParts:
                 or table["arch_id"].is_duplicated().any()
                 or not set(table["arch_id"]) <= set(archs)):
             raise ResumeStateError(f"{path}: not the per-arch rows of this shard's archs; {fix}")
+        check_values(table, path, fix)
         return {row["arch_id"]: row for row in table.to_dicts()}
 
     def write_arch_rows(self, condition: Condition, rows: Sequence[dict[str, Any]]) -> None:
@@ -230,6 +231,7 @@ class ShardParts:
                 or not timing <= {archs[i].id for i in group.anchors}):
             raise ResumeStateError(f"{path}: its rows are not those of the group's "
                                    f"{len(group.members)} archs; {fix}")
+        check_values(table, path, fix)
         return table.to_dicts()
 
     def _finished_path(self, condition: Condition) -> Path:
@@ -246,6 +248,7 @@ class ShardParts:
         if (table.schema.get("arch_id") != pl.String
                 or Counter(table["arch_id"].to_list()) != Counter(a.id for a in archs)):
             raise ResumeStateError(f"{path}: not one row per arch of this campaign; {fix}")
+        check_values(table, path, fix)
         return table.to_dicts()
 
     def write_finished(self, condition: Condition, rows: Sequence[dict[str, Any]]) -> None:
@@ -255,6 +258,29 @@ class ShardParts:
     def remove(self) -> None:
         """Delete the folder (once the campaign's table is written)."""
         remove_own_dir(self.root, self.owner.command)
+
+
+def check_values(table: pl.DataFrame, path: Path, fix: str) -> None:
+    """Raise :class:`ResumeStateError` naming ``path``, the column, the arch and the value
+    unless every measured value of ``table`` that is not null is a finite number within its
+    unit's bounds (:func:`~hwgptbench.metrics.measured_bounds`, as the tables read from
+    outside are checked): a stored part is reused only if a fresh measurement could have
+    written it."""
+    for column, bounds in measured_bounds().items():
+        if column not in table.columns:
+            continue
+        if not table.schema[column].is_numeric() and table.schema[column] != pl.Null:
+            raise ResumeStateError(f"{path}: column {column} is {table.schema[column]}, not "
+                                   f"numbers; {fix}")
+        values = table[column].cast(pl.Float64)
+        bad = values.is_not_null() & (~values.is_finite() | (values < bounds.low)
+                                      | (values > bounds.high))
+        if bad.any():
+            row = int(bad.arg_true()[0])
+            arch = table["arch_id"][row] if "arch_id" in table.columns else f"row {row}"
+            raise ResumeStateError(
+                f"{path}: {column} {values[row]!r} of arch {arch} is not a measured value "
+                f"(finite, within [{bounds.low:g}, {bounds.high:g}]: {bounds.words}); {fix}")
 
 
 def _indices(values: Any) -> tuple[int, ...]:

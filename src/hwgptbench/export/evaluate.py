@@ -49,6 +49,7 @@ DEFAULTS = EvaluateSettings(batches=4, batch_size=16, seed=99, device="auto",
                             cloze=ClozeSettings(items=100, context_len=48, choice_len=16,
                                                 choices=4, seed=7))
 PERPLEXITY_KEYS = ("batches", "batch_size", "seed")  # what the perplexity task reads of it
+MAX_LOSS = 709.0  # a mean loss whose exponential is a float; above it the perplexity is inf
 LIBRARIES = ("torch", "transformers", "tokenizers", "onnxruntime", "lm-eval", "datasets")
 OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 DATA_HINT = ("lm-eval never downloads here: on a machine with network access load the task "
@@ -95,6 +96,26 @@ def pick_format(folder: Path, manifest: dict[str, Any], fmt: str | None) -> str:
                     "the arch again")
 
 
+class ImplausibleScore(UserError, ValueError):
+    """A task's score that is not a finite number (a model whose logits are NaN or inf): never
+    written as a result."""
+
+
+def check_scores(results: dict[str, dict[str, Any]], folder: Path, fmt: str) -> None:
+    """Raise :class:`ImplausibleScore` naming the model file, the task, the score and its value
+    unless every number of each task's results is finite (lm-eval's standard errors, which it
+    leaves NaN where it cannot estimate one, aside)."""
+    for task, scores in results.items():
+        for name, value in scores.items():
+            if (isinstance(value, float) and not math.isfinite(value)
+                    and not name.endswith("_stderr")):
+                raise ImplausibleScore(
+                    f"{folder} ({fmt}): task {task} scored {name} {value!r}, not a finite "
+                    "number: the model's logits are not finite (a corrupt or tampered model "
+                    "file, or weights that overflow in this format); export the arch again "
+                    "(`hwgptbench export`), or evaluate another format (--format)")
+
+
 def _check_cloze(settings: ClozeSettings, block_size: int) -> None:
     """UserError when a cloze item does not fit the model's context."""
     length = settings.context_len + settings.choice_len - 1
@@ -132,7 +153,8 @@ def perplexity_task(run: Logits, val: Sequence[Any], settings: EvaluateSettings,
     losses = [float(F.cross_entropy(run(x).float().flatten(0, 1), y.flatten()))
               for x, y in batches]
     loss = sum(losses) / len(losses)
-    return {"val_loss": loss, "perplexity": math.exp(loss), "seq_len": block_size,
+    perplexity = math.inf if loss > MAX_LOSS else math.exp(loss)  # NaN stays NaN
+    return {"val_loss": loss, "perplexity": perplexity, "seq_len": block_size,
             "tokens": sum(y.numel() for _, y in batches)}
 
 
@@ -313,6 +335,7 @@ def evaluate_export(folder: str | Path, data_dir: str | Path, fmt: str | None = 
         seconds["lm_eval"] = time.perf_counter() - start
         used["lm_eval"] = {"tasks": remote, "model": "hf" if hf_dir else "hwgptbench",
                            "limit": limit, "num_fewshot": num_fewshot}
+    check_scores(results, folder, fmt)
     return {"result_format": RESULT_FORMAT, "model": str(folder), "format": fmt,
             "arch": manifest["arch"], "family": manifest["family"],
             "source": manifest.get("source", {}), "data": str(data_dir),

@@ -18,6 +18,7 @@ and a file that its reader refuses is one :class:`SurrogateFileError` naming it 
 from __future__ import annotations
 
 import importlib
+import math
 import os
 from importlib.metadata import version
 from pathlib import Path
@@ -28,12 +29,12 @@ from ..errors import UserError
 from ..io import CorruptFileError, canonical_json, read_json, sha256_file
 from ..layout import DEVICE_LABEL
 from ..meters.condition import Condition
-from ..metrics import hardware_metrics
+from ..metrics import answer_bounds, hardware_metrics
 from ..outputs import atomic_dir
 from ..schema import ANY
 from ..space import SearchSpace
 from .base import FIX, Surrogate
-from .conformal import calibrated
+from .conformal import CALIBRATION, ConformalSurrogate, calibrated
 from .features import feature_names
 
 METADATA = "metadata.json"
@@ -48,6 +49,7 @@ OPTIONAL_KEYS = ("train_steps", "ceiling", "transfer")
 DERIVED_KEYS = ("feature_names", "family", "versions")  # written by save_surrogate itself
 # the metrics of the perplexity table, of no device and no condition (api.DEVICE_FREE)
 DEVICE_FREE = ("perplexity", "accuracy")
+ADAPTED_FAMILY = "adapted"  # the family of `hwgptbench adapt`, kept under the adapted folder
 MAX_VOCAB = 1 << 24
 MAX_SHAPE = 1 << 20  # a batch size or sequence length: the params schema's bound
 # family -> (module, class), imported on load so that one family never imports another's library.
@@ -212,9 +214,52 @@ def _check_target(metadata: dict[str, Any]) -> tuple[int, int] | None:
     return parsed.batch_size, parsed.seq_len
 
 
-def read_metadata(folder: str | os.PathLike[str]) -> dict[str, Any]:
+ADAPTED_FIX = "adapt the device again (`hwgptbench adapt`), or delete the folder"
+
+
+def placement(metadata: dict[str, Any], adapted: bool = False) -> tuple[str, ...]:
+    """Where the surrogate of ``metadata`` sits below its root, as its writers place it:
+    ``{metric}/{family}`` (``{metric}/steps-N/{family}`` for a lower fidelity) for a metric of
+    the perplexity table, ``devices/{device}/{metric}/{condition}/{family}`` under the
+    surrogates folder, ``{device}/{metric}/{condition}/adapted`` under the adapted folder."""
+    metric, device, condition, family = (metadata[key] for key in
+                                         ("metric", "device", "condition", "family"))
+    if metric in DEVICE_FREE:
+        return (metric, family) if condition == ANY else (metric, condition, family)
+    return ((device, metric, condition, family) if adapted
+            else ("devices", device, metric, condition, family))
+
+
+def check_placement(folder: str | os.PathLike[str], root: str | os.PathLike[str],
+                    metadata: dict[str, Any], adapted: bool = False) -> None:
+    """Raise :class:`SurrogateFileError` unless ``folder`` sits below ``root`` where the
+    target of its metadata (metric, device, condition, family) sits (:func:`placement`): a
+    folder moved or copied to another device's place, or whose metadata names another device,
+    would answer for a device it was not fitted on."""
+    folder, root = Path(folder), Path(root)
+    try:
+        where = folder.relative_to(root).parts
+    except ValueError:
+        where = ()
+    expected = placement(metadata, adapted)
+    if where == expected and (metadata["family"] == ADAPTED_FAMILY) == adapted:
+        return
+    target = (f"{metadata['metric']} on {metadata['device']} under {metadata['condition']}"
+              if metadata["metric"] not in DEVICE_FREE else metadata["metric"])
+    kind = "an adapted device's" if adapted else "a surrogates"
+    raise SurrogateFileError(
+        f"{folder}: its {METADATA} says it is the {metadata['family']} surrogate of {target}, "
+        f"which {kind} folder keeps in {root.joinpath(*expected)}, not here (moved, copied or "
+        f"relabelled from another device or condition): delete {folder}, then "
+        f"{ADAPTED_FIX if adapted else FIX}")
+
+
+def read_metadata(folder: str | os.PathLike[str], root: str | os.PathLike[str] | None = None,
+                  adapted: bool = False) -> dict[str, Any]:
     """The metadata.json of a surrogate folder, checked by :func:`check_metadata`
-    (:class:`SurrogateFileError` names the file, why and the fix otherwise)."""
+    (:class:`SurrogateFileError` names the file, why and the fix otherwise); with ``root``,
+    also where the folder sits below it (:func:`check_placement`; ``adapted``: the adapted
+    devices' folder)."""
     path = Path(folder) / METADATA
     try:
         metadata = read_json(path, FIX)
@@ -225,6 +270,8 @@ def read_metadata(folder: str | os.PathLike[str]) -> dict[str, Any]:
         raise SurrogateFileError(f"{path} is not a surrogate's metadata ({err}): {FIX}"
                                  ) from None
     assert isinstance(metadata, dict)  # check_metadata passed it
+    if root is not None:
+        check_placement(folder, root, metadata, adapted)
     return metadata
 
 
@@ -245,13 +292,32 @@ def load_surrogate(folder: str | os.PathLike[str], expected_space: SearchSpace |
     module, name = FAMILIES[metadata["family"]]
     try:
         model: Surrogate = getattr(importlib.import_module(module), name).load(folder)
-        return calibrated(model, folder), metadata
+        return _check_widening(calibrated(model, folder), folder, metadata["metric"]), metadata
     except UserError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, RecursionError, OSError) as err:
         # files that match the manifest but not what this version reads
         raise SurrogateFileError(f"surrogate {folder} cannot be read ({type(err).__name__}: "
                                  f"{str(err)[:200]}): {FIX}") from None
+
+
+def _check_widening(model: Surrogate, folder: Path, metric: str) -> Surrogate:
+    """``model`` if its conformal widening moves an interval end by less than the whole range
+    of the metric's values (:func:`~hwgptbench.metrics.answer_bounds`; in log space, by less
+    than the log of its ratio: 22 for a latency), else :class:`SurrogateFileError` (a widening
+    of 1e308 made every interval [0, inf], one of -50 collapsed each onto its point)."""
+    bounds = answer_bounds(metric)
+    if not isinstance(model, ConformalSurrogate) or bounds is None:
+        return model
+    if model.log_space:
+        span = math.log(bounds.high / bounds.low) if bounds.low > 0 else math.inf
+    else:
+        span = bounds.high - bounds.low
+    if abs(model.by) > span:
+        raise SurrogateFileError(f"{folder / CALIBRATION}: widening {model.by:g} "
+                                 f"{'(log space) ' if model.log_space else ''}is beyond the "
+                                 f"range of any {metric} ({bounds.words}): {FIX}")
+    return model
 
 
 def _check_lightgbm_headers(folder: Path, n_features: int) -> None:
