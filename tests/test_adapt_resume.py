@@ -171,7 +171,7 @@ def test_an_interleaved_timing_stops_at_the_next_cycle_past_its_deadline() -> No
         calls.append(1)
         time.sleep(0.01)
 
-    with pytest.raises(PastDeadline, match="the time bound passed after"):
+    with pytest.raises(PastDeadline, match="the time bound passed (while warming|after)"):
         measure_latency_interleaved([forward, forward], torch.device("cpu"), warmup=0,
                                     min_repeats=1000, max_repeats=2000, max_seconds=60.0,
                                     deadline=time.monotonic() + 0.05)

@@ -206,6 +206,13 @@ class PastDeadline(Exception):
     are dropped, and the caller leaves what it was timing to a later run."""
 
 
+def check_deadline(deadline: float | None, where: str) -> None:
+    """Raise :class:`PastDeadline` (saying ``where``) once ``deadline`` (a
+    ``time.monotonic()`` value, None: none) has passed."""
+    if deadline is not None and time.monotonic() > deadline:
+        raise PastDeadline(f"the time bound passed {where}")
+
+
 class CallFailed(RuntimeError):
     """Callable ``index`` of an interleaved timing raised ``error`` (for example out of
     memory); the caller drops it and times the others again."""
@@ -289,20 +296,20 @@ def measure_latency_interleaved(fns: Sequence[Callable[[], Any]], device: torch.
     ``target_rel_ci``, or ``max_repeats`` samples, or ``max_seconds`` per callable in total;
     all callables get the same count, and the run-queue wait of the whole timing. A callable
     that runs out of memory raises :class:`CallFailed` with its index. Past ``deadline`` (a
-    ``time.monotonic()`` value), the next cycle raises :class:`PastDeadline` instead.
+    ``time.monotonic()`` value), the next warm-up or cycle raises :class:`PastDeadline`.
     """
     device, times = _timer(device, min_repeats, max_repeats, estimator)
     rng = np.random.default_rng(seed)
     cycles: list[list[list[tuple[float, float]]]] = []
     with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
         for i in range(len(fns)):
+            check_deadline(deadline, f"while warming up callable {i} of {len(fns)}")
             for _ in range(warmup):
                 _call(fns, i, lambda fn: fn())
         synchronize(device)
         start, queue = time.perf_counter(), runqueue_ns()
         while True:
-            if deadline is not None and time.monotonic() > deadline:
-                raise PastDeadline(f"the time bound passed after {len(cycles)} cycles")
+            check_deadline(deadline, f"after {len(cycles)} cycles")
             cycle: list[list[tuple[float, float]]] = [[] for _ in fns]
             for i in rng.permutation(len(fns)) if shuffle else range(len(fns)):
                 _call(fns, i, lambda fn: fn())  # re-warm caches the previous visit evicted

@@ -32,6 +32,7 @@ from .flops import forward_flops
 from .latency import (
     LATENCY_FIELDS,
     CallFailed,
+    check_deadline,
     check_estimator,
     cuda_graph_callable,
     is_out_of_memory,
@@ -205,6 +206,7 @@ def measure_latency_of_archs(space: SearchSpace, archs: Sequence[Arch], vocab_si
     pool = torch.cuda.graph_pool_handle() if condition.launch == "cuda_graph" else None
     with torch.inference_mode():
         for i, arch in enumerate(archs):
+            check_deadline(settings.deadline, f"while building model {i} of {len(archs)}")
             if before_build is not None:
                 before_build(i)
             try:
