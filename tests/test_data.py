@@ -180,7 +180,8 @@ def test_killed_stage_leaves_nothing_a_rerun_would_accept(tmp_path: Path) -> Non
     deadline = time.monotonic() + 120
     staging: list[Path] = []
     while time.monotonic() < deadline and proc.poll() is None:
-        staging = [p for p in out.parent.glob(".shakespeare.tmp-*") if any(p.glob("*.bin"))]
+        staging = [p for p in out.parent.glob(".shakespeare.tmp-*")
+                   if any(p.glob("shakespeare/*.bin"))]  # the folder, inside its staging
         if staging:
             break
         time.sleep(0.01)

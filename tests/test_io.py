@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 from pathlib import Path
 
 import pytest
 
 from hwgptbench.io import atomic_write_json, atomic_write_text, sha256_file
-from hwgptbench.outputs import atomic_dir, atomic_path, remove_stale_staging
+from hwgptbench.outputs import (
+    MARKER,
+    STAGING_MARKER,
+    atomic_dir,
+    atomic_path,
+    remove_stale_staging,
+)
 
 
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path: Path) -> None:
@@ -16,7 +24,8 @@ def test_atomic_write_replaces_and_leaves_no_temp(tmp_path: Path) -> None:
     atomic_write_text(target, "one")
     atomic_write_text(target, "two")
     assert target.read_text() == "two"
-    assert sorted(p.name for p in target.parent.iterdir()) == ["out.txt"]
+    # beside it, only the ledger listing it as written by this package
+    assert sorted(p.name for p in target.parent.iterdir()) == [MARKER, "out.txt"]
     umask = os.umask(0)
     os.umask(umask)
     assert target.stat().st_mode & 0o777 == 0o666 & ~umask
@@ -29,7 +38,7 @@ def test_atomic_path_failure_keeps_old_content(tmp_path: Path) -> None:
         tmp.write_text("partial")
         raise RuntimeError("killed")
     assert target.read_text() == '{\n  "a": 1\n}\n'
-    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [MARKER, "out.json"]
 
 
 def test_atomic_dir_swaps_only_when_complete(tmp_path: Path) -> None:
@@ -48,11 +57,17 @@ def test_atomic_dir_swaps_only_when_complete(tmp_path: Path) -> None:
 
 def test_stale_staging_is_removed(tmp_path: Path) -> None:
     target = tmp_path / "shards"
-    (tmp_path / ".shards.tmp-abc").mkdir()
-    (tmp_path / ".shards.tmp-def").write_text("x")
+    with pytest.raises(RuntimeError), atomic_dir(target):
+        raise RuntimeError("killed")  # cleaned at once; a killed process leaves its folder:
+    stale = tmp_path / ".shards.tmp-abc"
+    stale.mkdir()
+    (stale / STAGING_MARKER).write_text(json.dumps(
+        {"format": "hwgptbench-staging", "dest": "shards", "pid": 2**22 + 1,
+         "host": socket.gethostname()}))
+    (tmp_path / ".shards.tmp-def").write_text("x")  # no staging marker: a user's, kept
     (tmp_path / "other").write_text("keep")
     remove_stale_staging(target)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["other"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".shards.tmp-def", "other"]
 
 
 def test_sha256_file(tmp_path: Path) -> None:

@@ -313,7 +313,10 @@ def test_ship_refuses_a_folder_of_other_files(tmp_path: Path) -> None:
     assert [p.name for p in folder.iterdir()] == ["notes.txt"]
     new = tmp_path / "new"
     published.ship("s", SPACE, VOCAB, source, folder=new)
-    assert json.loads((new / MARKER).read_text()) == marker("ship-tables")
+    document = json.loads((new / MARKER).read_text())
+    assert {**document, "version": 1, "files": None} == {**marker("ship-tables"), "files": None}
+    assert document["files"] == sorted(p.relative_to(new).as_posix() for p in new.rglob("*")
+                                       if p.is_file() and p.name != MARKER)
     published.ship("s", SPACE, VOCAB, None, folder=new)  # its own folder: shipped into again
 
 

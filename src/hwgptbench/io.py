@@ -23,15 +23,17 @@ if TYPE_CHECKING:
     import polars as pl
 
 
-def atomic_write_bytes(dest: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``dest`` atomically."""
-    with atomic_path(dest) as tmp:
+def atomic_write_bytes(dest: str | os.PathLike[str], data: bytes, owned: bool = False) -> None:
+    """Write ``data`` to ``dest`` atomically (``owned``: see
+    :func:`~hwgptbench.outputs.atomic_path`; an existing file is otherwise replaced only when
+    this package wrote it)."""
+    with atomic_path(dest, owned) as tmp:
         tmp.write_bytes(data)
 
 
-def atomic_write_text(dest: str | os.PathLike[str], text: str) -> None:
+def atomic_write_text(dest: str | os.PathLike[str], text: str, owned: bool = False) -> None:
     """Write ``text`` (UTF-8) to ``dest`` atomically."""
-    atomic_write_bytes(dest, text.encode("utf-8"))
+    atomic_write_bytes(dest, text.encode("utf-8"), owned)
 
 
 def canonical_json(obj: Any) -> str:
@@ -39,15 +41,17 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 
-def atomic_write_json(dest: str | os.PathLike[str], obj: Any) -> None:
+def atomic_write_json(dest: str | os.PathLike[str], obj: Any, owned: bool = False) -> None:
     """Write ``obj`` as canonical JSON to ``dest`` atomically."""
-    atomic_write_text(dest, canonical_json(obj))
+    atomic_write_text(dest, canonical_json(obj), owned)
 
 
-def write_parquet(table: pl.DataFrame, path: str | os.PathLike[str]) -> None:
-    """Write a polars table as parquet, atomically (every result table is written so)."""
-    with atomic_path(path) as tmp:
-        table.write_parquet(tmp)
+def write_parquet(table: pl.DataFrame, path: str | os.PathLike[str], owned: bool = False,
+                  **options: Any) -> None:
+    """Write a polars table as parquet, atomically (every result table is written so;
+    ``options``: polars' ``write_parquet`` options)."""
+    with atomic_path(path, owned) as tmp:
+        table.write_parquet(tmp, **options)
 
 
 def first_line(err: BaseException, limit: int = 200) -> str:
@@ -90,11 +94,18 @@ def read_parquet(path: str | os.PathLike[str], fix: str,
 
 def read_outside_parquet(path: str | os.PathLike[str], fix: str) -> pl.DataFrame:
     """The parquet table of a file from outside (given by a user, or to be shipped), read by
-    pyarrow's reader from the file's bytes and validated in full before polars holds it:
-    polars' own reader panics on some corrupt files and aborts the process on others (a data
-    page header asking for 2^61 bytes), and text that is not UTF-8 makes polars panic, where
-    pyarrow refuses them with an error. Anything but a regular file holding a valid parquet
-    table is :class:`CorruptFileError` naming the file and ``fix``."""
+    pyarrow's reader and validated in full before polars holds it: polars' own reader panics
+    on some corrupt files and aborts the process on others (a data page header asking for 2^61
+    bytes), and text that is not UTF-8 makes polars panic, where pyarrow refuses them with an
+    error. Bounded by cost (docs/security.md): a regular file of at most :data:`MAX_PARQUET`
+    bytes, at most :data:`MAX_PARQUET_ROWS` rows by its footer, checked before a page is
+    decoded, and decoded :data:`PARQUET_BATCH` rows at a time, refused once the batches hold
+    more than :data:`MAX_PARQUET_DECODED` bytes (a table of one value repeated compresses to
+    almost nothing). The file's bytes are held in a buffer of Arrow's own, never a Python
+    object: a reader thread still decoding when a corrupt page ends the read released its
+    last reference to a Python-owned buffer during the interpreter's exit, and the process
+    aborted (``terminate called without an active exception``). Anything but a regular file
+    holding such a table is :class:`CorruptFileError` naming the file and ``fix``."""
     import polars as pl
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -122,11 +133,11 @@ def sha256_file(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def save_torch(obj: Any, path: str | os.PathLike[str]) -> None:
+def save_torch(obj: Any, path: str | os.PathLike[str], owned: bool = False) -> None:
     """torch.save through an atomic rename."""
     import torch
 
-    with atomic_path(path) as tmp:
+    with atomic_path(path, owned) as tmp:
         torch.save(obj, tmp)
 
 

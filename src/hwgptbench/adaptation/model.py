@@ -20,8 +20,9 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.stats import norm
 
-from ..io import read_json
+from ..io import atomic_write_text, read_json
 from ..lightgbm_core import read_booster
+from ..outputs import atomic_path, make_dirs
 from ..predictors.base import FIX, check_features, check_rows, to_target
 from ..space import SearchSpace
 from .methods import Design, Method, gpt_linear, method_from_state
@@ -87,15 +88,16 @@ class AdaptedSurrogate:
     def save(self, folder: str | os.PathLike[str]) -> None:
         """The source models as LightGBM text files, the rest as JSON."""
         folder = Path(folder)
-        (folder / _SOURCES).mkdir(parents=True, exist_ok=True)
+        make_dirs(folder / _SOURCES)
         for index, source in enumerate(self.sources):
-            source.booster.save_model(folder / _SOURCES / f"{index}.txt")
+            with atomic_path(folder / _SOURCES / f"{index}.txt") as tmp:
+                source.booster.save_model(tmp)
         options: dict[str, Any] = {
             "space_name": self.space.name, "space": self.space.to_dict(),
             "vocab_size": self.vocab_size, "coverage": self._coverage,
             "sources": [s.target.columns() for s in self.sources],
             "method": self.method.name, "method_state": self.method.state()}
-        (folder / _OPTIONS).write_text(json.dumps(options, indent=2, sort_keys=True) + "\n")
+        atomic_write_text(folder / _OPTIONS, json.dumps(options, indent=2, sort_keys=True) + "\n")
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> AdaptedSurrogate:

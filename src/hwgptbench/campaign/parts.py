@@ -30,7 +30,7 @@ from ..errors import UserError
 from ..io import atomic_write_json, canonical_json, read_json, read_parquet, write_parquet
 from ..meters.condition import Condition
 from ..metrics import measured_bounds, measurement_frame
-from ..outputs import make_own_dir, remove_own_dir
+from ..outputs import make_own_dir, remove_file, remove_own_dir
 from ..settings.sections import MeasureSettings
 from ..space import Arch, SearchSpace
 from .budget import GB, Group, GroupPlan
@@ -152,7 +152,7 @@ class ShardParts:
     def write(self, condition: Condition, group: int, rows: list[dict[str, Any]]) -> None:
         """Store one group's rows (atomically); the group is no longer unfinished."""
         write_parquet(measurement_frame(rows), self.part(condition, group))
-        self._marker(condition, group).unlink(missing_ok=True)
+        remove_file(self._marker(condition, group))
 
     def _arch_rows_path(self, condition: Condition) -> Path:
         return self.root / f"{condition.id}.archs.parquet"

@@ -19,7 +19,7 @@ import torch
 from ..io import canonical_json, load_torch, save_torch
 from ..model import GPT, SuperGPT
 from ..model.dense import load_dense
-from ..outputs import atomic_path
+from ..outputs import atomic_path, make_dirs
 from ..settings.build import as_params
 from ..settings.compress import ImportanceSettings
 from ..settings.sections import TrainingSettings
@@ -93,7 +93,7 @@ def finetune(dense_path: str | Path, space: SearchSpace, cfg: TrainingSettings,
     """Import and fine-tune; write ``out_dir/supernet.pt``, its loss table and the importance
     table (None: stopped early by ``stop_after``, resumable from ``work_dir``)."""
     out_dir, work_dir = Path(out_dir), Path(work_dir)
-    work_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(work_dir)
     imported = write_imported(dense_path, space, shards, importance, work_dir)
     done = train(cfg, space, shards, out_dir, work_dir, stop_after, init=imported)
     if done is not None and importance.enabled:

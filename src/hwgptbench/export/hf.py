@@ -188,9 +188,12 @@ def save(model: GPT, folder: Path, tokenizer_path: str | Path | None = None) -> 
     if unexpected or unset:
         raise RuntimeError(f"the weights do not fit {hf_class.__name__}: unexpected "
                            f"{unexpected}, not set {unset}")
-    hf_model.save_pretrained(folder)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(folder)
+    from ..outputs import atomic_dir
+
+    with atomic_dir(folder) as staging:
+        hf_model.save_pretrained(staging)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(staging)
     return sorted(path for path in folder.iterdir() if path.is_file())
 
 

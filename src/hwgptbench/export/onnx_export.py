@@ -77,7 +77,10 @@ def save(program: ExportedProgram, folder: Path) -> list[Path]:
         onnx_program = torch.onnx.export(program, input_names=[INPUT], output_names=[OUTPUT],
                                          dynamo=True, verbose=False)
     assert onnx_program is not None  # None only from the TorchScript exporter
-    onnx_program.save(folder / FILE)
+    from ..outputs import atomic_files
+
+    with atomic_files(folder) as staging:
+        onnx_program.save(staging / FILE)
     return sorted(folder.glob(f"{FILE}*"))
 
 

@@ -116,7 +116,10 @@ def save(program: ExportedProgram, folder: Path) -> list[Path]:
     example_inputs = program.example_inputs
     program.example_inputs = None  # torch.save'd into the archive otherwise: a pickle
     try:
-        torch.export.save(program, path)
+        from ..outputs import atomic_path
+
+        with atomic_path(path) as tmp:
+            torch.export.save(program, tmp)
     finally:
         program.example_inputs = example_inputs
     check_archive(path)

@@ -19,6 +19,7 @@ import polars as pl
 from .. import layout, published
 from ..api import Benchmark
 from ..io import atomic_write_text
+from ..outputs import make_dirs
 from ..plotting.markdown import write_table
 from . import benchmark, paper_plots, search, tables
 from .catalog import PAPER_DEVICE_TABLES
@@ -117,7 +118,7 @@ def render(scales: Sequence[str], results: str | os.PathLike[str], search_dir: P
     top = str(results)
     table_dir, figures = Path(layout.paper_tables(top)), Path(layout.paper_figures(top))
     for folder in (table_dir, figures):
-        folder.mkdir(parents=True, exist_ok=True)
+        make_dirs(folder)
     per_scale = [_scale_tables(scale, top) for scale in scales]
     written = []
     for name in PAPER_DEVICE_TABLES:

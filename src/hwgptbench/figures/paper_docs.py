@@ -14,11 +14,11 @@ blocks that differ from a run's tables (what the docs test checks).
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 from ..errors import UserError
 from ..io import atomic_write_text
+from ..outputs import copy_file
 
 BLOCK = re.compile(r"(<!-- paper:(?P<name>[a-z0-9_]+) -->\n)(?P<body>.*?)(<!-- /paper -->)",
                    re.S)
@@ -60,7 +60,7 @@ def sync(doc: Path, tables: Path, figures: Path) -> list[Path]:
     written = []
     new = synced(text, tables)
     if new != text:
-        atomic_write_text(doc, new)
+        atomic_write_text(doc, new, owned=True)  # the doc's own blocks, rewritten
         written.append(doc)
     for match in FIGURE.finditer(new):
         source = figures / f"{match['name']}.png"
@@ -68,7 +68,6 @@ def sync(doc: Path, tables: Path, figures: Path) -> list[Path]:
             raise MissingPaperOutput(f"{source}: {doc} links {match['path']}, which the run "
                                      "did not draw; run `make paper` (or remove the link)")
         target = doc.parent / match["path"]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
+        copy_file(source, target, owned=True)  # a copy of the run's figure the doc links
         written.append(target)
     return written

@@ -20,7 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from .. import layout
-from ..outputs import atomic_path
+from ..outputs import atomic_path, make_dirs
 from ..plotting.markdown import write_table
 from ..schema import fully_trained
 from . import benchmark, runtime, search, surrogate, tables, transfer
@@ -66,7 +66,7 @@ def render(scale: str, results: str | os.PathLike[str]) -> list[Path]:
     figures, table_dir = Path(layout.figures(scale, top)), Path(layout.tables(scale, top))
     plots = Path(layout.plots(scale, top))
     for folder in (figures, table_dir, plots):
-        folder.mkdir(parents=True, exist_ok=True)
+        make_dirs(folder)
     perplexity = pl.read_parquet(layout.perplexity(scale, top))
     measurements = pl.read_parquet(layout.measurements(scale, top))
     quality = pl.read_parquet(layout.quality(scale, top))

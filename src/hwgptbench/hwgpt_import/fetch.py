@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from ..hwgpt_source import REV, URL, PublishedDataError, files
+from ..outputs import make_dirs
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ def fetch(scales: Sequence[str], out: str | Path, url: str = URL, rev: str = REV
 
     paths = [path for scale in scales for path in files(scale)]
     out = Path(out).absolute()
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)
     pointers = [Path(f"{out / path}.dvc") for path in paths]
     dvc_log = logging.getLogger("dvc")
     level = dvc_log.level
@@ -107,7 +108,7 @@ def fetch(scales: Sequence[str], out: str | Path, url: str = URL, rev: str = REV
                 if _current(dest, url, rev):
                     log.info("%s: already imported from %s at %s", path, url, rev)
                     continue
-                dest.parent.mkdir(parents=True, exist_ok=True)  # dvc import needs the folder
+                make_dirs(dest.parent)  # dvc import needs the folder
                 log.info("dvc import %s %s --rev %s -o %s", url, path, rev,
                          os.path.relpath(dest))
                 try:

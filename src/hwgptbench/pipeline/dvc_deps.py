@@ -34,6 +34,7 @@ from typing import TypeVar
 
 from ..errors import UserError
 from ..io import atomic_write_text
+from ..outputs import remove_file
 from .code_closure import PACKAGE, SOURCE, SRC, closure, handler_modules, resolved
 from .fingerprints import PLANNING_ENV, folder_files
 
@@ -469,10 +470,10 @@ def update(root: Path, wanted: Generated, check: bool) -> list[str]:
     found += listed
     if not check:
         for path, new in {**texts, **changes}.items():
-            if new is None:
-                path.unlink()
+            if new is None:  # the repository's generated files: dvc.yaml, code listings
+                remove_file(path, owned=True)
             elif not path.is_file() or path.read_text(encoding="utf-8") != new:
-                atomic_write_text(path, new)
+                atomic_write_text(path, new, owned=True)
     return found
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..io import atomic_write_text
+from ..outputs import remove_file
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +80,9 @@ def clear_stale_locks(project: Path = Path("."), proc: Path = Path("/proc")) -> 
                             "and rerun")
     for lock in locks:
         if lock == rwlock:
-            atomic_write_text(rwlock, json.dumps({"read": {}, "write": {}}))
-        else:
-            lock.unlink(missing_ok=True)
+            atomic_write_text(rwlock, json.dumps({"read": {}, "write": {}}), owned=True)
+        else:  # the lock files of an interrupted run: named here, never a user's
+            remove_file(lock, owned=True)
     log.info("removed the locks of an interrupted run (no snakemake or dvc runs in %s): %s",
              project.resolve(), ", ".join(str(lock) for lock in locks))
     return locks

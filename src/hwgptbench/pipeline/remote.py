@@ -483,8 +483,7 @@ def publish_device(scale: str, label: str, results: str | Path = layout.RESULTS,
     if labels != {label}:
         raise UserError(f"{source} holds devices {sorted(labels, key=str)}, not only {label!r}")
     dest = Path(layout.published_table(scale, label, str(folder)))
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(dest) as tmp:
+    with atomic_path(dest, owned=True) as tmp:  # the device's table where layout puts it
         shutil.copyfile(source, tmp)
     _run([_tool("dvc"), "add", "--quiet", str(dest)])
     pointer = dest.with_name(dest.name + ".dvc")

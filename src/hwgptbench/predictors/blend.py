@@ -19,7 +19,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..io import read_json
+from ..io import atomic_write_text, read_json
+from ..outputs import make_dirs
 from .base import FIX, Surrogate
 
 _MEMBERS = "members.json"
@@ -59,9 +60,8 @@ class BlendSurrogate:
 
     def save(self, folder: str | os.PathLike[str]) -> None:
         """Write the members' family names; their models stay in their own sibling folders."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / _MEMBERS).write_text(json.dumps([m.family for m in self.members]))
+        folder = make_dirs(folder)
+        atomic_write_text(folder / _MEMBERS, json.dumps([m.family for m in self.members]))
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> BlendSurrogate:

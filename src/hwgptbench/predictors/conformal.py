@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io import read_json
+from ..io import atomic_write_text, read_json
 from .base import FIX, Surrogate, from_target, to_target
 
 CALIBRATION = "conformal.json"
@@ -117,7 +117,7 @@ class ConformalSurrogate:
         """The wrapped model's files plus the widening as JSON."""
         self.model.save(folder)
         document = {"widening": self.by, "log_space": self.log_space}
-        (Path(folder) / CALIBRATION).write_text(json.dumps(document) + "\n")
+        atomic_write_text(Path(folder) / CALIBRATION, json.dumps(document) + "\n")
 
 
 def calibrated(model: Surrogate, folder: str | os.PathLike[str]) -> Surrogate:

@@ -21,8 +21,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..io import read_json
+from ..io import atomic_write_text, read_json
 from ..lightgbm_core import lgb, read_booster
+from ..outputs import atomic_path, make_dirs
 from .base import FIX, check_features, check_rows, from_target, to_target
 from .quality import fold_indices
 
@@ -136,15 +137,16 @@ class LightGBMSurrogate:
 
     def save(self, folder: str | os.PathLike[str]) -> None:
         """Write the boosters in LightGBM's text format plus the options as JSON."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        self._fitted().save_model(_point_file(folder))
+        folder = make_dirs(folder)
+        with atomic_path(_point_file(folder)) as tmp:
+            self._fitted().save_model(tmp)
         for index, model in enumerate(self.quantile_models):
-            model.save_model(_quantile_file(folder, index))
+            with atomic_path(_quantile_file(folder, index)) as tmp:
+                model.save_model(tmp)
         options = {"params": self.params, "quantiles": list(self.quantiles), "seed": self.seed,
                    "log_target": self.log_target, "calibration_folds": self.calibration_folds,
                    "calibration": self.calibration}
-        (folder / _OPTIONS).write_text(json.dumps(options, indent=2, sort_keys=True) + "\n")
+        atomic_write_text(folder / _OPTIONS, json.dumps(options, indent=2, sort_keys=True) + "\n")
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> LightGBMSurrogate:

@@ -21,7 +21,8 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.stats import norm
 
-from ..io import read_json
+from ..io import atomic_write_text, read_json
+from ..outputs import make_dirs
 from .base import FIX, check_features, check_rows, from_target, to_target
 
 _MODEL = "linear.json"
@@ -86,11 +87,10 @@ class LinearSurrogate:
         """Write options and fitted state as JSON."""
         if "coef" not in self.state:
             raise RuntimeError("LinearSurrogate is not fitted; nothing to save")
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = make_dirs(folder)
         document = {"coverage": self.coverage, "log_target": self.log_target,
                     "state": self.state}
-        (folder / _MODEL).write_text(json.dumps(document, sort_keys=True) + "\n")
+        atomic_write_text(folder / _MODEL, json.dumps(document, sort_keys=True) + "\n")
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> LinearSurrogate:

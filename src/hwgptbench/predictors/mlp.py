@@ -35,7 +35,8 @@ import torch
 from scipy.stats import norm
 from torch import nn
 
-from ..io import load_torch, read_json
+from ..io import atomic_write_text, load_torch, read_json, save_torch
+from ..outputs import make_dirs
 from .base import FIX, check_features, check_rows, from_target, to_target
 
 log = logging.getLogger(__name__)
@@ -231,12 +232,11 @@ class MLPEnsembleSurrogate:
         """Write the member state dicts with torch.save plus options and statistics as JSON."""
         if self.members_net is None:
             raise RuntimeError("MLPEnsembleSurrogate is not fitted; nothing to save")
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = make_dirs(folder)
         states = self.members_net.state_dicts(self.stats["n_features"], self.hidden, self.layers)
-        torch.save(states, folder / _WEIGHTS)
+        save_torch(states, folder / _WEIGHTS)
         document = {"options": self._options(), "stats": self.stats}
-        (folder / _OPTIONS).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+        atomic_write_text(folder / _OPTIONS, json.dumps(document, indent=2, sort_keys=True) + "\n")
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> MLPEnsembleSurrogate:

@@ -38,7 +38,7 @@ from ..io import (
 )
 from ..meters.condition import CONDITION_KEYS, Condition, with_condition_columns
 from ..metrics import measured_bounds
-from ..outputs import MARKER, atomic_path, check_output_dir, write_marker
+from ..outputs import MARKER, atomic_path, check_output_dir, remove_file, write_marker
 from ..space import SearchSpace
 
 FOLDER = Path(__file__).parent
@@ -406,7 +406,7 @@ def check_device_table(table: pl.DataFrame, path: Path, space: SearchSpace) -> s
 def _write(table: pl.DataFrame, dest: Path) -> dict[str, Any]:
     """Write a checked table to ``dest`` (zstd parquet, rows in their order); return its
     manifest record's SHA-256 and row count."""
-    with atomic_path(dest) as tmp:
+    with atomic_path(dest, owned=True) as tmp:  # in a folder ship() checked, by its manifest
         table.write_parquet(tmp, compression="zstd", compression_level=19, statistics=False)
     return {"sha256": sha256_file(dest), "rows": table.height}
 
@@ -489,7 +489,7 @@ def ship(scale: str, space_: SearchSpace, vocab: int, perplexity: str | os.PathL
                                     "fingerprint": fingerprint_of(table),
                                     "measured_by": measured_by}
     for path in stale:
-        path.unlink(missing_ok=True)
+        remove_file(path, owned=True)
     document["scales"][scale] = record
-    atomic_write_json(folder / MANIFEST, document)
+    atomic_write_json(folder / MANIFEST, document, owned=True)
     return record

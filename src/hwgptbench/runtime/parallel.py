@@ -70,7 +70,6 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -83,6 +82,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.autograd import DeviceType
 
+from ..io import atomic_write_text
 from ..meters.device import (
     DTYPES,
     default_device,
@@ -95,6 +95,7 @@ from ..meters.latency import is_out_of_memory
 from ..meters.memory import MB, optimizer_bytes, peak_rss_bytes, tensors_bytes
 from ..meters.runner import build_model
 from ..model import GPT
+from ..outputs import make_dirs, temp_dir
 from ..schema import COLLECTIVES, COMMUNICATION, OTHER
 from ..space import Arch, SearchSpace
 from ..training.step import TRAIN_LR, autocast
@@ -569,11 +570,10 @@ def launch_parallel(space: SearchSpace, archs: Sequence[Arch], vocab_size: int, 
     if nproc == 1 and default_device().type == "cuda":
         log.info("one CUDA GPU: world size 1, the parallel modes have nothing to shard")
     with contextlib.ExitStack() as stack:
-        folder = Path(work_dir) if work_dir is not None else Path(
-            stack.enter_context(tempfile.TemporaryDirectory(prefix="hwgptbench-parallel-")))
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = make_dirs(work_dir) if work_dir is not None else stack.enter_context(
+            temp_dir(prefix="hwgptbench-parallel-"))
         space_json = folder / "space.json"
-        space_json.write_text(json.dumps({"name": space.name, "space": space.to_dict()}))
+        atomic_write_text(space_json, json.dumps({"name": space.name, "space": space.to_dict()}))
         out, breakdown = folder / "parallel.parquet", folder / "parallel_breakdown.parquet"
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                    "--nproc_per_node", str(nproc), "-m", "hwgptbench.runtime.parallel",

@@ -12,6 +12,7 @@ from typing import Any
 import polars as pl
 
 from ..io import atomic_write_json, write_parquet
+from ..outputs import check_replaceable
 from ..predictors.fitting import SCORES
 
 
@@ -22,6 +23,8 @@ def merge_quality(paths: Sequence[str | Path], scale: str,
     the predictions tables beside the inputs are merged beside ``out_table`` too."""
     predictions = pl.concat([pl.read_parquet(Path(p).with_name("predictions.parquet"))
                              for p in paths])
+    for path in (Path(out_table).with_name("predictions.parquet"), out_table, out_metrics):
+        check_replaceable(path)  # all three before any is written
     write_parquet(predictions, Path(out_table).with_name("predictions.parquet"))
     # diagonal: a table fitted before a column existed (e.g. the versions) merges with nulls
     quality = pl.concat([pl.read_parquet(p) for p in paths], how="diagonal_relaxed").sort(

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..io import sha256_file
+from ..outputs import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,8 @@ class ShardWriter:
     def _flush(self) -> None:
         name = f"{self.split}_{len(self.shards):03d}.bin"
         path = self.folder / name
-        self.buffer[:self.filled].tofile(path)
+        with atomic_path(path) as tmp:
+            self.buffer[:self.filled].tofile(tmp)
         self.shards.append({"file": name, "tokens": int(self.filled), "sha256": sha256_file(path)})
         self.filled = 0
 

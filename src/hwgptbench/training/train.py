@@ -42,7 +42,7 @@ from tqdm import tqdm
 from ..io import canonical_json, load_torch, save_torch
 from ..meters.device import default_device, process_group_backend
 from ..model import SuperGPT
-from ..outputs import atomic_path
+from ..outputs import atomic_path, remove_file
 from ..settings.sections import TrainingSettings
 from ..space import Arch, SearchSpace
 from ..tokens.shards import TokenShards
@@ -235,7 +235,7 @@ def publish_snapshots(cfg: TrainingSettings, fingerprint: str, work_dir: Path, o
     for path in out_dir.glob("supernet-step-*.pt"):
         match = SNAPSHOT.fullmatch(path.name)
         if match and int(match[1]) not in cfg.snapshots:
-            path.unlink()
+            remove_file(path, owned=True)  # a snapshot of its own no longer asked for
 
 
 def global_mean(values: torch.Tensor, dist: Distributed) -> torch.Tensor:
