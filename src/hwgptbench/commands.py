@@ -46,11 +46,13 @@ def cmd_query(args: argparse.Namespace) -> None:
 def archs_of_file(path: Path) -> list[str]:
     """The arch ids of a text file, one a line (blank lines skipped); a line that is no arch
     id is refused naming the file and the line."""
+    from .io import read_outside_text
+
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError:
-        raise InvalidArchError(f"--archs-file {path}: not a UTF-8 text file of arch ids, one "
-                               "a line") from None
+        lines = read_outside_text(path, "give a UTF-8 text file of arch ids, one a line",
+                                  error=InvalidArchError).splitlines()
+    except InvalidArchError as err:
+        raise InvalidArchError(f"--archs-file {err}") from None
     ids = []
     for number, line in enumerate(lines, 1):
         if line.strip():

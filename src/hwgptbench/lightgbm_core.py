@@ -18,11 +18,11 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from .errors import UserError
+from .io import read_outside_bytes
 
 OPTIONAL = ("sklearn", "pandas")
 
@@ -59,6 +59,11 @@ else:
 
 MAX_FEATURES = 1_000_000
 MAX_LEAVES = 131_072  # LightGBM's own bound on num_leaves
+# Bounds by cost (docs/security.md, "Readers are bounded by cost"): the largest model text of
+# the shipped tables' surrogates holds 200 trees of 15 leaves in 335 kB
+MAX_TEXT = 32 << 20  # bytes of a model text, checked before it is read
+MAX_TREES = 10_000  # trees, counted by the header's tree_sizes before a tree is parsed
+MAX_TOTAL_LEAVES = 500_000  # leaves of all trees, counted before each tree's arrays are parsed
 INT32 = (-(2**31), 2**31 - 1)
 FLOAT32_MAX = 3.4028234663852886e38
 OBJECTIVES = ("regression", "quantile")  # the point and the interval models' objectives
@@ -192,6 +197,8 @@ def _header(lines: list[str], n_features: int | None
         raise ValueError(f"its feature_names or feature_infos do not number max_feature_idx "
                          f"+ 1 = {max_feature + 1}")
     ranges = [None if info == "none" else _range(info) for info in infos.split()]
+    if values["tree_sizes"].count(" ") >= MAX_TREES:
+        raise ValueError(f"its tree_sizes count more than {MAX_TREES:,} trees")
     return (max_feature, values["objective"], names.split(), ranges,
             _ints(values["tree_sizes"], "tree_sizes", 1))
 
@@ -201,8 +208,10 @@ def _range(info: str) -> tuple[float, float]:
     return low, high
 
 
-def _tree(lines: list[str], index: int, max_feature: int) -> Tree:
-    """The fields of a tree's lines (after ``Tree=index``), checked."""
+def _tree(lines: list[str], index: int, max_feature: int, leaves_left: int = MAX_LEAVES
+          ) -> Tree:
+    """The fields of a tree's lines (after ``Tree=index``), checked; its ``num_leaves`` at most
+    ``leaves_left`` before its arrays are parsed."""
     fields = [line.partition("=") for line in lines]
     if [key for key, _, _ in fields] != list(TREE_FIELDS) or any(not sep for _, sep, _ in fields):
         raise ValueError(f"tree {index}: its lines are not a numerical tree's ("
@@ -210,6 +219,8 @@ def _tree(lines: list[str], index: int, max_feature: int) -> Tree:
                          "trees are refused)")
     values = {key: value for key, _, value in fields}
     n = _one(values["num_leaves"], f"tree {index}: num_leaves", 1, MAX_LEAVES)
+    if n > leaves_left:
+        raise ValueError(f"its trees hold more than {MAX_TOTAL_LEAVES:,} leaves")
     lengths = {"one": 1, "node": n - 1, "leaves": n}
     try:
         tree: Tree = {key: parse(values[key], key) for key, (parse, _) in TREE_FIELDS.items()}
@@ -250,14 +261,15 @@ def parse_model_text(text: str, n_features: int | None = None) -> ModelText:
     lines = text.split("\n")
     max_feature, objective, names, infos, sizes = _header(lines, n_features)
     trees: list[Tree] = []
-    start = len(HEADER) + 2
+    start, leaves_left = len(HEADER) + 2, MAX_TOTAL_LEAVES
     while lines[start:start + 1] != [END]:
         index = len(trees)
         block = lines[start:start + _TREE_LINES]
         if len(block) != _TREE_LINES or block[0] != f"Tree={index}" or block[-2:] != ["", ""]:
             raise ValueError(f"tree {index} is not one of LightGBM's (Tree={index}, its "
                              f"fields, two blank lines), or '{END}' is missing")
-        trees.append(_tree(block[1:-2], index, max_feature))
+        trees.append(_tree(block[1:-2], index, max_feature, leaves_left))
+        leaves_left -= len(trees[-1]["leaf_value"])
         if sizes[index:index + 1] != [sum(len(line) + 1 for line in block)]:
             raise ValueError(f"its tree_sizes do not match tree {index}")
         start += _TREE_LINES
@@ -290,7 +302,7 @@ def read_booster(path: str | os.PathLike[str], fix: str,
                  n_features: int | None = None) -> lgb.Booster:
     """:func:`booster_from_string` of the file at path."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_outside_bytes(path, fix, MAX_TEXT, ModelTextError).decode("utf-8")
     except UnicodeDecodeError:
         raise ModelTextError(f"{path} is refused as a LightGBM model (not text): {fix}") from None
     return booster_from_string(text, str(path), fix, n_features)

@@ -21,10 +21,17 @@ import jsonschema
 import yaml
 
 from .errors import UserError
-from .io import atomic_write_json, canonical_json, parse_yaml
+from .io import (
+    YamlExpansionError,
+    atomic_write_json,
+    canonical_json,
+    parse_yaml,
+    read_outside_text,
+)
 from .metrics import PERPLEXITY, hardware_metrics
 
 SCHEMA_RESOURCE = "schemas/params.schema.yaml"
+MAX_PARAMS = 4 << 20  # bytes of a params file or overlay (params.yaml: 19 kB)
 
 
 class ParamsError(UserError, ValueError):
@@ -350,15 +357,18 @@ def _read(path: str | os.PathLike[str]) -> Any:
     it)."""
     path = Path(path)
     try:
-        return copy.deepcopy(_parsed(path.read_text(encoding="utf-8")))
+        if path.is_dir():
+            raise ParamsError(f"{path} is a folder, not a params file")
+        text = read_outside_text(path, "give a params file (YAML or JSON)", MAX_PARAMS,
+                                 ParamsError)
+        return copy.deepcopy(_parsed(text))
     except FileNotFoundError:
         raise ParamsError(f"params file not found: {path}") from None
-    except IsADirectoryError:
-        raise ParamsError(f"{path} is a folder, not a params file") from None
-    except UnicodeDecodeError:
-        raise ParamsError(f"{path} is not a UTF-8 text file") from None
     except yaml.YAMLError as exc:
         raise ParamsError(f"{path} is not valid YAML: {exc}") from None
+    except YamlExpansionError as exc:
+        raise ParamsError(f"{path} is refused: {exc} (a params file is a few thousand; "
+                          "docs/security.md)") from None
     except RecursionError:
         raise ParamsError(f"{path} nests deeper than any params file") from None
 

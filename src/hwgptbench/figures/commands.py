@@ -41,11 +41,11 @@ def cmd_paper_docs(args: argparse.Namespace) -> None:
     """Copy a run's paper tables into the marked blocks of a markdown file and its linked
     img/paper/ figures beside it; --check: only say which blocks differ (exit 1 if any)."""
     from .. import layout
-    from .paper_docs import differences, sync
+    from .paper_docs import differences, read_doc, sync
 
     doc, tables = Path(args.doc), Path(layout.paper_tables(args.results))
     if args.check:
-        differ = differences(doc.read_text(encoding="utf-8"), tables)
+        differ = differences(read_doc(doc), tables)
         if differ:
             raise SystemExit(f"{doc}: blocks {', '.join(differ)} differ from {tables}; "
                              "`hwgptbench paper-docs` copies them")

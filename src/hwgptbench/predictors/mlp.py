@@ -35,7 +35,7 @@ import torch
 from scipy.stats import norm
 from torch import nn
 
-from ..io import atomic_write_text, load_torch, read_json, save_torch
+from ..io import CorruptFileError, atomic_write_text, load_torch, read_json, save_torch
 from ..outputs import make_dirs
 from .base import FIX, check_features, check_rows, from_target, to_target
 
@@ -243,12 +243,55 @@ class MLPEnsembleSurrogate:
         """Read a model written by :meth:`save`."""
         folder = Path(folder)
         document = read_json(folder / _OPTIONS, FIX)
-        model = cls(**document["options"])
+        options, n_in = _checked_options(document, folder / _OPTIONS)
+        model = cls(**options)
         model.stats = document["stats"]
-        nets = [_network(model.stats["n_features"], model.hidden, model.layers)
-                for _ in range(model.members)]
-        states = load_torch(folder / _WEIGHTS, FIX)
+        states = load_torch(folder / _WEIGHTS, FIX, max_bytes=MAX_WEIGHTS)
+        # the widths of options.json are checked against the stored tensors' sizes before a
+        # network is built: a width alone would allocate its network (hidden 12000: 2.6 GB)
+        shapes = _shapes(n_in, model.hidden, model.layers)
+        if not (isinstance(states, list) and len(states) == model.members and all(
+                isinstance(state, dict) and set(state) == set(shapes)
+                and all(isinstance(value, torch.Tensor) and tuple(value.shape) == shapes[key]
+                        for key, value in state.items()) for state in states)):
+            raise CorruptFileError(f"{folder / _WEIGHTS} does not hold the {model.members} "
+                                   f"networks of width {model.hidden} and {model.layers} "
+                                   f"layers over {n_in} features that {_OPTIONS} describes: "
+                                   f"{FIX}")
+        nets = [_network(n_in, model.hidden, model.layers) for _ in range(model.members)]
         for net, state in zip(nets, states, strict=True):
             net.load_state_dict(state)
         model.members_net = _Members(nets)
         return model
+
+
+MAX_WEIGHTS = 256 << 20  # bytes of members.pt (5 members of width 64 over 30 features: 0.1 MB)
+
+
+def _checked_options(document: Any, path: Path) -> tuple[dict[str, Any], int]:
+    """The options of an ``options.json`` document and its feature count, their types and
+    names checked (the widths are checked against the weights' sizes by the caller);
+    :class:`CorruptFileError` otherwise."""
+    options = document.get("options") if isinstance(document, dict) else None
+    stats = document.get("stats") if isinstance(document, dict) else None
+    n_in = stats.get("n_features") if isinstance(stats, dict) else None
+    if (not isinstance(options, dict) or not set(options) <= set(_OPTION_NAMES)
+            or any(type(options.get(key, 1)) is not int or options.get(key, 1) < 1
+                   for key in ("hidden", "layers", "members"))
+            or type(n_in) is not int or n_in < 1):
+        raise CorruptFileError(f"{path} is not an MLP ensemble's options (options of "
+                               f"{', '.join(_OPTION_NAMES)}, positive integer widths, "
+                               f"stats with n_features): {FIX}")
+    return options, n_in
+
+
+def _shapes(n_in: int, hidden: int, layers: int) -> dict[str, tuple[int, ...]]:
+    """The state-dict keys and tensor sizes of :func:`_network`, computed without building
+    it."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    width = n_in
+    for layer in range(layers):
+        shapes[f"{2 * layer}.weight"], shapes[f"{2 * layer}.bias"] = (hidden, width), (hidden,)
+        width = hidden
+    shapes[f"{2 * layers}.weight"], shapes[f"{2 * layers}.bias"] = (1, hidden), (1,)
+    return shapes

@@ -20,7 +20,6 @@ measured latency (ms) and two analytic proxies (``flops``, ``params``) for the b
 
 from __future__ import annotations
 
-import pickle
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ import numpy as np
 import polars as pl
 
 from ..errors import UserError
+from ..io import read_outside_parquet
 from ..space import Arch
 
 
@@ -157,16 +157,22 @@ FBNET_STAGES = ((16, 1, 1), (24, 4, 1), (32, 4, 2), (64, 4, 2), (112, 4, 1), (18
 _OP = re.compile(r"^k(\d)_e(\d)(?:_g(\d))?$")
 
 
-def _torch_load(path: Path) -> object:
-    import torch
+MAX_HELP_FILE = 64 << 20  # bytes of a HELP .pt file (its 5,000 archs' ops: about 1 MB)
 
-    if not path.is_file():
+
+def _torch_load(path: Path) -> object:
+    """A HELP ``.pt`` file through :func:`hwgptbench.io.load_torch`: a regular file of at most
+    :data:`MAX_HELP_FILE` bytes, data only, each tensor no larger than its storage (a stride of
+    0 makes a 1.5 kB file a view of 3.4 GB, which ``numpy.asarray`` would copy)."""
+    from ..io import TorchFileError, load_torch
+
+    if not path.exists():
         raise ExternalDataError(f"{path} not found: point at HELP's data/fbnet folder")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError) as err:
-        raise ExternalDataError(f"{path} is not a plain torch file of lists and numbers "
-                                f"(read with weights_only=True): {err}") from err
+        return load_torch(path, "point at HELP's data/fbnet folder", max_bytes=MAX_HELP_FILE)
+    except TorchFileError as err:
+        raise ExternalDataError(f"{err} (a plain torch file of lists and numbers is read "
+                                "with weights_only=True)") from None
 
 
 def fbnet_costs(ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -341,7 +347,8 @@ def load_gpt_tables(paths: Sequence[str | Path], metric: str = "latency_ms") -> 
     ``{device}/b{batch}-t{seq}-{dtype}-{launch}``."""
     tables = {}
     for path in paths:
-        rows = pl.read_parquet(path).filter((pl.col("status") == "ok") & (pl.col(metric) > 0))
+        rows = read_outside_parquet(path, "give measurement tables of this project").filter(
+            (pl.col("status") == "ok") & (pl.col(metric) > 0))
         keys = ["device", "batch_size", "seq_len", "dtype", "launch"]
         for (device, batch, seq, dtype, launch), part in rows.group_by(*keys,
                                                                         maintain_order=True):
