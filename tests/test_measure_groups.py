@@ -187,8 +187,10 @@ def test_a_shard_resumes_after_an_interrupted_group(tmp_path: Path,
     assert kept["latency_n"].to_list() == raw["latency_n"].to_list()  # the stored samples
     # other settings do not reuse the parts of an interrupted run
     parts = ShardParts(tmp_path / "p", "key-a")
-    (parts.root / "x.parquet").write_bytes(b"")
-    assert not (ShardParts(tmp_path / "p", "key-b").root / "x.parquet").exists()
+    condition = Condition(1, 16, "fp32")
+    parts.write_arch_rows(condition, [{"arch_id": ARCHS[0].id, "status": "ok"}])
+    assert parts.arch_rows(condition, {ARCHS[0].id})
+    assert not ShardParts(tmp_path / "p", "key-b").arch_rows(condition, {ARCHS[0].id})
 
 
 # GPU

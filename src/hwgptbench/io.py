@@ -312,7 +312,7 @@ def parse_yaml(text: str) -> Any:
     return document
 
 
-class YamlExpansionError(ValueError):
+class YamlExpansionError(UserError, ValueError):
     """A YAML document whose aliases expand beyond :data:`MAX_YAML_NODES` nodes, or refer to
     themselves."""
 
