@@ -285,6 +285,7 @@ def load_torch(path: str | os.PathLike[str], fix: str, device: Any = "cpu",
     larger than its storage (:func:`check_tensors`). A file that cannot be read raises
     :class:`TorchFileError` naming it and ``fix``, what to do about it."""
     import pickle
+    import struct
 
     import torch
 
@@ -299,6 +300,10 @@ def load_torch(path: str | os.PathLike[str], fix: str, device: Any = "cpu",
         raise TorchFileError(f"{path} cannot be read ({refusal_reason(err)}): {fix}") from err
     except (RuntimeError, EOFError, OSError, ValueError) as err:
         raise TorchFileError(f"{path} cannot be read ({first_line(err, 1000)}): {fix}") from err
+    except (IndexError, KeyError, TypeError, struct.error) as err:  # a corrupt pickle stream:
+        # torch's unpickler pops an empty stack, reads a memo it never stored, unpacks too few
+        raise TorchFileError(f"{path} cannot be read (corrupt: {type(err).__name__}: "
+                             f"{first_line(err, 1000)}): {fix}") from err
 
 
 def parse_yaml(text: str) -> Any:

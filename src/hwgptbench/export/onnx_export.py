@@ -89,6 +89,8 @@ def load(folder: Path, threads: int | None = None) -> Logits:
     (``threads``: its intra-op threads, default ONNX Runtime's choice)."""
     ort = _onnxruntime()
     options = ort.SessionOptions()
+    options.log_severity_level = 3  # errors only: its warnings about a graph (an old opset, a
+    # shape merge) are lines of their own on stderr; a graph it cannot run is one ModelFileError
     if threads:
         options.intra_op_num_threads = threads
     session = ort.InferenceSession(str(folder / FILE), options,

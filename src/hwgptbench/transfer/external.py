@@ -226,6 +226,9 @@ def load_help_fbnet(folder: str | Path, devices: Sequence[str] | None = None) ->
     except (KeyError, TypeError, ValueError) as err:
         raise ExternalDataError(f"{folder / 'metainfo.pt'}: archs are not lists of FBNet ops "
                                 f"({', '.join(FBNET_OPS)}): {err}") from err
+    if ops.ndim != 2 or not len(ops):
+        raise ExternalDataError(f"{folder / 'metainfo.pt'}: expected archs of one length each, "
+                                f"got an array of shape {ops.shape}")
     names = sorted(p.stem for p in (folder / "latency").glob("*.pt")) if devices is None \
         else list(devices)
     if not names:
@@ -235,9 +238,17 @@ def load_help_fbnet(folder: str | Path, devices: Sequence[str] | None = None) ->
     keys = np.array(["-".join(map(str, row)) for row in ops])
     tables = {}
     for name in names:
-        values = np.asarray(_torch_load(folder / "latency" / f"{name}.pt"), dtype=np.float64)
+        path = folder / "latency" / f"{name}.pt"
+        try:
+            values = np.asarray(_torch_load(path), dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            raise ExternalDataError(f"{path}: not a list of latencies ({err})") from None
         if values.shape != (len(ops),):
-            raise ExternalDataError(f"{name}.pt: {values.shape} latencies for {len(ops)} archs")
+            raise ExternalDataError(f"{path}: {values.shape} latencies for {len(ops)} archs")
+        if not (np.isfinite(values) & (values > 0)).all():
+            row = int(np.flatnonzero(~(np.isfinite(values) & (values > 0)))[0])
+            raise ExternalDataError(f"{path}: latency {values[row]!r} of arch {row} is not a "
+                                    "positive finite number")
         tables[name] = DeviceTable(name, keys, features, values, flops, params)
     layers = ops.shape[1]
     return ExternalSet("help_fbnet", tables,
