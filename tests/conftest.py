@@ -44,6 +44,16 @@ def _gpu_tests_choose_their_device(request: pytest.FixtureRequest,
         monkeypatch.setenv(DEVICE_ENV, "auto")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _user_cache_of_the_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The user cache folder (where a query outside a project checkout caches the shipped
+    tables' surrogates, ``HWGPTBENCH_CACHE``) is the run's own: no test writes into the
+    machine's ``~/.cache``, nor reads a cache a user left there."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HWGPTBENCH_CACHE", str(tmp_path_factory.mktemp("user-cache")))
+        yield
+
+
 # Tests commit in scratch repositories: never depend on the machine's git identity.
 GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "hwgptbench tests", "GIT_AUTHOR_EMAIL": "tests@hwgptbench.invalid",

@@ -26,9 +26,10 @@ A scale whose tables ship with the package (``hwgptbench.published``: HW-GPT-Ben
 the devices measured here (``results/{scale}/surrogates/devices/``) and those adapted with
 ``hwgptbench adapt``; a device measured here and shipped too is answered from here, and
 perplexity from here where the run has it. The shipped tables' surrogates are fitted on first
-use and cached under ``results/published/``. ``fidelity=N`` asks for perplexity as if the
-supernet had been trained for N steps (``bench.fidelities``), the cheap low fidelities of
-multi-fidelity search.
+use and cached under ``results/published/`` (outside a project checkout: in the user cache
+folder, ``$HWGPTBENCH_CACHE`` or ``~/.cache/hwgptbench/published/`` on Linux).
+``fidelity=N`` asks for perplexity as if the supernet had been trained for N steps
+(``bench.fidelities``), the cheap low fidelities of multi-fidelity search.
 """
 
 from __future__ import annotations
@@ -425,11 +426,13 @@ class Benchmark:
                        family: str = BEST) -> Benchmark:
         """The benchmark of the tables shipped with the package (``hwgptbench.published``):
         their surrogates are fitted on the first call and cached under
-        ``{results_dir}/published/`` (seconds to a minute), read by later calls."""
-        from .published.surrogates import ensure_surrogates
+        ``{results_dir}/published/`` (seconds to a minute), read by later calls; outside a
+        project checkout, for the default ``results``, in the user cache folder instead
+        (:func:`~hwgptbench.published.surrogates.cache_results`)."""
+        from .published.surrogates import cache_results, ensure_surrogates
 
         scale = scale_name(scale)
-        folder = ensure_surrogates(scale, results_folder(results_dir))
+        folder = ensure_surrogates(scale, cache_results(results_folder(results_dir)))
         tables = list(published.device_tables(scale).values())
         return cls._assemble(scale, [(folder, _surrogate_rows(folder))], [], family,
                              pl.concat(tables, how="diagonal_relaxed") if tables else None,
@@ -448,9 +451,9 @@ class Benchmark:
         """The shipped tables of ``scale`` and the run's results, devices joined: a device
         (or perplexity) the run has is answered from the run, every other from the shipped
         tables."""
-        from .published.surrogates import ensure_surrogates
+        from .published.surrogates import cache_results, ensure_surrogates
 
-        shipped = ensure_surrogates(scale, top)
+        shipped = ensure_surrogates(scale, cache_results(top))
         shipped_rows = _surrogate_rows(shipped)
         own = [*run.rows, *run.adapted]
         if own and _spaces(own) != _spaces(shipped_rows):
@@ -878,8 +881,8 @@ def _implausible(table: pl.DataFrame, metric: str, origin: Origin, row: int, why
     adapted = entry["family"] == ADAPTED
     fix = ("delete the folder and adapt the device again (`hwgptbench adapt`)" if adapted
            else "delete the folder and refit the surrogates (`make run`), or pull them again "
-           "(`make pull`); a cache of the shipped tables (results/published/) is refitted "
-           "once deleted")
+           "(`make pull`); a cache of the shipped tables (published/{scale}-{key}/, under "
+           "results/ or the user cache folder) is refitted once deleted")
     return (f"{origin.folder}: {_target_words(entry)} answered {value!r} for arch {arch}"
             f"{interval}, which {why}: the folder is corrupt or was fitted on bad values; "
             f"{fix}")

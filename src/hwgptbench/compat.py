@@ -59,15 +59,16 @@ def _as_bool(value: Any) -> bool:
 
 def _base_folder(base_path: Any) -> Path:
     """``base_path`` if it names an existing folder (its ``results/`` may be absent: the
-    shipped tables' surrogates are then cached in a new one)."""
+    shipped tables' surrogates are then cached in a new one, or in the user cache folder for
+    the working directory outside a project checkout:
+    :func:`~hwgptbench.published.surrogates.cache_results`)."""
     if not isinstance(base_path, (str, os.PathLike)):
         raise QueryError(f"base_path: {base_path!r} is not a path; pass the folder whose "
                          "results/ is read (default: '.')")
     folder = Path(base_path)
     if not folder.is_dir():
         raise QueryError(f"base_path: {folder} is not an existing folder; pass the folder whose "
-                         "results/ is read (HW-GPT-Bench: its checkout; default '.', where a "
-                         "results/ folder is created for the shipped tables' surrogates)")
+                         "results/ is read (HW-GPT-Bench: its checkout; default '.')")
     return folder
 
 
@@ -146,8 +147,10 @@ class HWGPT:
     """HW-GPT-Bench's ``HWGPT`` over :class:`~hwgptbench.api.Benchmark`.
 
     ``base_path`` is an existing folder whose ``results/`` is read (HW-GPT-Bench: its
-    checkout); a shipped scale answers for its shipped devices and those measured or adapted
-    there (:meth:`Benchmark.load <hwgptbench.api.Benchmark.load>`), each named by its label
+    checkout; the shipped tables' surrogates are cached there, or, for the default ``.``
+    outside a project checkout, in the user cache folder); a shipped scale answers for its
+    shipped devices and those measured or adapted there
+    (:meth:`Benchmark.load <hwgptbench.api.Benchmark.load>`), each named by its label
     (``device_list``; an adapted device at the condition `hwgptbench adapt` chose).
     ``use_supernet_surrogate`` adds ``perplexity`` and ``accuracy`` to every :meth:`query`, as
     HW-GPT-Bench's supernet evaluation did. ``prefer_measured`` answers every metric with its

@@ -48,6 +48,8 @@ JSON_KEY = "hwgptbench_output"  # the marker's key in a JSON document or parquet
 TABLE_SUFFIXES = (".parquet", ".csv")  # the formats of a table a user asks for
 STAGING_MARKER = ".hwgptbench-staging.json"  # in every staging folder while it is written
 RESULTS = "results"  # the workflow's folder (layout.RESULTS), relative to the working directory
+# names the user cache folder (as HF_HOME names Hugging Face's): :func:`user_cache`
+CACHE_ENV = "HWGPTBENCH_CACHE"
 _ACTIVE: set[Path] = set()  # staging and temporary folders of this process, being written
 _ACTIVE_LOCK = threading.Lock()
 
@@ -111,12 +113,28 @@ def _protected(resolved: Path) -> str | None:
     return None
 
 
+def user_cache() -> Path:
+    """The user cache folder of hwgptbench, absolute: ``$HWGPTBENCH_CACHE`` where it is set
+    and not empty, else the platform's (``platformdirs.user_cache_dir``: on Linux
+    ``$XDG_CACHE_HOME/hwgptbench``, ``~/.cache/hwgptbench`` without it). A query outside a
+    project checkout caches the shipped tables' surrogates there
+    (:func:`hwgptbench.published.surrogates.cache_results`)."""
+    named = os.environ.get(CACHE_ENV)
+    if named:
+        return Path(named).expanduser().absolute()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("hwgptbench", appauthor=False)).absolute()
+
+
 def allowed_roots() -> list[Path]:
     """The folders a symbolic link on a written path may lead into: the working directory
-    (the project), the results folder (which may itself be a link to other storage) and the
-    system's temporary folder. A path named outright (absolute, no link on it) may lie
-    anywhere but in a protected folder or a ``.git`` folder."""
-    return [Path.cwd().resolve(), Path(RESULTS).resolve(), Path(tempfile.gettempdir()).resolve()]
+    (the project), the results folder (which may itself be a link to other storage), the
+    user cache folder (:func:`user_cache`, which may lie behind a link too) and the system's
+    temporary folder. A path named outright (absolute, no link on it) may lie anywhere but in
+    a protected folder or a ``.git`` folder."""
+    return [Path.cwd().resolve(), Path(RESULTS).resolve(), user_cache().resolve(),
+            Path(tempfile.gettempdir()).resolve()]
 
 
 def _within(path: Path, roots: Sequence[Path]) -> bool:

@@ -25,8 +25,8 @@ import numpy as np
 S = TypeVar("S", bound="Surrogate")
 # what to do about a surrogate folder that cannot be read (its loaders' errors end with it)
 FIX = ("refit the surrogates (`make run`, which reruns the surrogates stage) or pull them "
-       "again (`make pull`); a cache of the shipped tables (results/published/) is refitted "
-       "once deleted")
+       "again (`make pull`); a cache of the shipped tables (published/{scale}-{key}/, under "
+       "results/ or the user cache folder) is refitted once deleted")
 
 
 class Surrogate(Protocol):

@@ -1,6 +1,8 @@
-"""Surrogates of the shipped tables, fitted on first use and cached under the results folder.
+"""Surrogates of the shipped tables, fitted on first use and cached.
 
-The cache folder ``{results}/published/{scale}-{key}/`` has the surrogate stage's layout
+A query caches them under its results folder inside a project checkout, and in the user cache
+folder elsewhere (:func:`cache_results`). The cache folder ``{results}/published/{scale}-{key}/``
+has the surrogate stage's layout
 (``perplexity/``, ``accuracy/``, ``devices/{label}/``), so :class:`~hwgptbench.api.Benchmark`
 reads it like a workflow's surrogates. ``key`` hashes the shipped tables, the fit settings
 below and the versions of the fitting code, so a new table or release fits afresh, and an
@@ -26,7 +28,7 @@ from typing import Any
 from .. import __version__, layout
 from ..errors import UserError
 from ..io import CorruptFileError, canonical_json, read_json
-from ..outputs import atomic_dir
+from ..outputs import atomic_dir, user_cache
 from ..predictors.store import FORMAT as SURROGATE_FORMAT
 from ..predictors.store import METADATA, read_metadata
 from ..settings.sections import SurrogateSettings
@@ -47,6 +49,8 @@ TABLE_METRICS = ("perplexity", "accuracy")
 CACHE = "cache.json"  # what a cache folder is for (:func:`binding`)
 CACHE_FORMAT = "hwgptbench-published-cache/1"
 DELETE = "delete it (the next query fits the surrogates afresh)"
+# the files whose presence in the working directory makes it a project checkout's root
+CHECKOUT = ("params.yaml", "workflow/Snakefile")
 
 
 class PublishedCacheError(UserError, ValueError):
@@ -69,6 +73,24 @@ def cache_dir(scale: str, results: str | os.PathLike[str] = layout.RESULTS,
               folder: str | os.PathLike[str] = FOLDER) -> Path:
     """The folder of the scale's fitted surrogates (fitted or not)."""
     return Path(results) / "published" / f"{scale}-{cache_key(scale, folder)}"
+
+
+def is_checkout(folder: str | os.PathLike[str]) -> bool:
+    """Whether ``folder`` is the root of a project checkout (it holds :data:`CHECKOUT`)."""
+    return all((Path(folder) / name).is_file() for name in CHECKOUT)
+
+
+def cache_results(results: str | os.PathLike[str] = layout.RESULTS) -> Path:
+    """The folder under whose ``published/`` a query of the results folder ``results`` caches
+    the shipped tables' surrogates: ``results`` itself when it is a project's (any folder
+    other than the default ``results`` of the working directory, which is one when it exists
+    or when the working directory is a checkout's root, :func:`is_checkout`), else the user
+    cache folder (:func:`~hwgptbench.outputs.user_cache`): a query from any other folder
+    leaves no ``results/`` there."""
+    path = Path(results)
+    if path != Path(layout.RESULTS) or path.exists() or path.is_symlink() or is_checkout("."):
+        return path
+    return user_cache()
 
 
 def binding(scale: str, folder: str | os.PathLike[str] = FOLDER) -> dict[str, Any]:
