@@ -8,7 +8,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: run test quick pull install help hwgptbench paper lock deps
+.PHONY: run test quick pull install help hwgptbench paper lock deps browser
 
 help:
 	@echo "make run   - install into $(VENV) and run the workflow (dvc repro -> snakemake)"
@@ -45,6 +45,18 @@ $(VENV)/.installed: pyproject.toml $(LOCK) $(VENV)/.torch
 $(VENV)/.installed-test: pyproject.toml $(LOCK) $(VENV)/.installed
 	$(BIN)/pip install --quiet -c $(LOCK) -e '.[test]'
 	touch $@
+
+# The browser test's Chromium and its driver (tests/test_explorer_browser.py): Debian's packages,
+# found on the PATH, else installed with apt-get where this user is root; without them that test
+# skips and says why. Checked on every `make test` (a command -v when they are there).
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian's chromium and chromium-driver (the browser test)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    chromium chromium-driver >/dev/null; } \
+	  || echo "apt-get could not install chromium: the browser test will skip"; \
+	else echo "no chromium/chromedriver and no apt-get as root: the browser test will skip"; fi
 
 # Resolve pyproject.toml's ranges afresh (with every extra but torchao's, which pins torch) in a
 # scratch environment and write what it installed, torch aside (TORCH_SPEC pins it), sorted.
@@ -108,7 +120,7 @@ pull: $(VENV)/.installed
 TEST_WORKERS ?= 2
 TEST_THREADS ?= 1
 XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
-test: $(VENV)/.installed-test
+test: $(VENV)/.installed-test browser
 	ruff check .
 	OMP_NUM_THREADS=$(TEST_THREADS) pytest $(XDIST)
 

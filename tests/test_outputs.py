@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[list[str], str]] = {
                       "--out"),
     "evaluate": ([*PARAMS, "--model", "m", "--data", "d"], "--out"),
     "query": (["--metric", "latency_ms", "--arch", ARCH], "--out"),
+    "explore": (["--scale", "s"], "--out"),
     "ship-tables": ([*PARAMS, "--scale", "s"], "--folder"),
 }
 

@@ -47,7 +47,7 @@ COMMANDS: dict[str, str] = {
     **dict.fromkeys(("fit-surrogates", "merge-quality"), "surrogate.commands"),
     **dict.fromkeys(("transfer", "adapt", "transfer-external"), "transfer.commands"),
     **dict.fromkeys(("search-reference", "search", "search-summary"), "search.commands"),
-    **dict.fromkeys(("figures", "paper-surrogates", "paper-tables", "paper-docs"),
+    **dict.fromkeys(("figures", "paper-surrogates", "paper-tables", "paper-docs", "explore"),
                     "figures.commands"),
     **dict.fromkeys(("compress-dense", "compress-finetune", "compress-search", "compress-table",
                      "compress-figures", "compress-finetune-methods", "compress-seed"),

@@ -437,5 +437,15 @@ def paper_report(results: str = RESULTS) -> str:
     return f"{results}/report-paper.html"
 
 
+def explorer(results: str = RESULTS) -> str:
+    """The explorer page of `hwgptbench explore` (one self-contained HTML file)."""
+    return f"{results}/explorer.html"
+
+
+def paper_explorer(results: str = RESULTS) -> str:
+    """The explorer page of the shipped tables, written by `make paper`."""
+    return f"{paper(results)}/explorer.html"
+
+
 def paper_search_metrics(results: str = RESULTS) -> str:
     return f"{paper_search(results)}/metrics.json"

@@ -159,7 +159,25 @@ rule paper_tables:
         " --external {input.external:q}/external.md 2>&1 | tee {log:q}"
 
 
+rule paper_explorer:
+    """The explorer page of the paper's scales from the shipped tables: one self-contained
+    HTML file (docs/figures.md, "The explorer")."""
+    input:
+        code=code("paper_explorer"),
+        surrogates=expand(rules.paper_surrogates.output[0], paper_scale=PAPER["scales"]),
+    output:
+        layout.paper_explorer(),
+    params:
+        scales=" ".join(f"--scale {scale}" for scale in PAPER["scales"]),
+    log:
+        layout.log("paper", "explorer"),
+    shell:
+        f"hwgptbench explore {{params.scales}} --results {PAPER_RESULTS} --out {{output:q}}"
+        " 2>&1 | tee {log:q}"
+
+
 rule paper:
     """The paper's figures and tables from the shipped tables (`make paper`)."""
     input:
         rules.paper_tables.output,
+        rules.paper_explorer.output,

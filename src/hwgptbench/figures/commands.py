@@ -55,6 +55,24 @@ def cmd_paper_docs(args: argparse.Namespace) -> None:
         print(f"wrote {path}")
 
 
+def cmd_explore(args: argparse.Namespace) -> None:
+    """One self-contained HTML page (offline, every script inlined) to explore the shipped
+    tables and the devices measured or adapted under --results in a browser: perplexity
+    against a metric per device with its Pareto front, two devices compared, Kendall τ."""
+    import time
+
+    from .. import layout, published
+    from ..api import scale_name
+    from .explorer import explore
+
+    started = time.monotonic()
+    scales = [scale_name(s, "--scale") for s in args.scale] or published.scales()
+    out = explore(scales, args.results, args.out or layout.explorer(args.results),
+                  args.predicted)
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {', '.join(scales)}) in "
+          f"{time.monotonic() - started:.0f} s")
+
+
 def register(add: Add) -> None:
     """Add the subcommands through the CLI's ``add``."""
     command = add("figures", cmd_figures, params=False)
@@ -69,6 +87,14 @@ def register(add: Add) -> None:
                          help="folder of the paper search's summary tables (search-summary)")
     command.add_argument("--external", required=True,
                          help="markdown of `hwgptbench transfer-external` (or its skip note)")
+    command = add("explore", cmd_explore, params=False)
+    command.add_argument("--scale", action="append", default=[],
+                         help="a scale to show (repeatable; default: every shipped scale)")
+    command.add_argument("--results", default="results", help="results folder: its measured "
+                         "and adapted devices join the shipped ones (default: results)")
+    command.add_argument("--out", help="the page (.html; default: RESULTS/explorer.html)")
+    command.add_argument("--predicted", type=int, default=200, help="archs of each scale "
+                         "predicted on every device beside its measured ones (default: 200)")
     command = add("paper-docs", cmd_paper_docs, params=False)
     command.add_argument("--results", default="results", help="results folder (default: "
                          "results)")
