@@ -97,7 +97,8 @@ def test_a_value_that_does_not_fit_names_its_field(tmp_path: Path) -> None:
 
 # where params may be read by string key: the settings types, the params module, the command
 # line and each stage's subcommands (which build the settings)
-BOUNDARY = ("settings/", "params.py", "options.py", "cli.py", "commands.py")
+# the params document is checked as a whole there, before its settings types are built
+BOUNDARY = ("settings/", "params.py", "workflow_checks.py", "options.py", "cli.py", "commands.py")
 # params section names that are also data fields: the perplexity column of tables, the
 # transfer entry of a surrogate's metadata; read as a section only through these names
 DATA_KEYS = {"perplexity", "transfer"}
