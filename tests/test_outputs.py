@@ -214,3 +214,23 @@ def test_adapt_refuses_a_device_folder_it_did_not_write(
     err = capsys.readouterr().err
     assert f"--device {folder}: holds files that hwgptbench adapt did not write" in err
     assert (folder / "thesis.txt").read_text() == "mine"
+
+
+def test_a_folder_made_whole_before_ledgers_keeps_its_files_replaceable(tmp_path: Path) -> None:
+    """A resume folder a command made before markers listed files (version 1) is still that
+    command's: an interrupted run's rows are replaced by its rerun; a file in a folder with no
+    marker is not."""
+    from hwgptbench.io import write_parquet
+
+    made = tmp_path / "parts"
+    made.mkdir()
+    (made / ".hwgptbench-output.json").write_text(json.dumps(
+        {"command": "adapt", "format": "hwgptbench-output", "version": 1}))
+    table = pl.DataFrame({"a": [1]})
+    table.write_parquet(made / "rows.parquet")
+    write_parquet(table, made / "rows.parquet")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    table.write_parquet(mine / "rows.parquet")
+    with pytest.raises(OutputPathError, match="was not written by hwgptbench"):
+        write_parquet(table, mine / "rows.parquet")

@@ -368,9 +368,18 @@ def _record(dest: Path, add: bool = True) -> None:
 
 
 def _listed(dest: Path) -> bool:
-    """Whether the ledger that covers dest lists it."""
+    """Whether the ledger that covers dest lists it, or the folder holding it was made whole by
+    a command before ledgers listed files (a marker of version 1 naming the command: all its
+    files are that command's, as they were when it wrote them)."""
     found = _ledger_of(dest)
-    return found is not None and found[1] in (_ledger(found[0]) or [])
+    if found is not None:
+        return found[1] in (_ledger(found[0]) or [])
+    for above in (dest.parent, *dest.parent.parents):
+        if (above / MARKER).exists():
+            document = folder_marker(above)
+            return (isinstance(document, dict) and "files" not in document
+                    and isinstance(document.get("command"), str))
+    return False
 
 
 def _exempt(dest: Path) -> bool:
