@@ -11,8 +11,9 @@ from typing import Any
 
 import polars as pl
 
-from hwgptbench import data, params
+from hwgptbench import params
 from hwgptbench.space import SearchSpace
+from hwgptbench.tokens.shards import TokenShards
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +30,7 @@ def load(args: argparse.Namespace) -> tuple[dict[str, Any], SearchSpace, int, pl
     config = params.load(args.params)
     space = SearchSpace.from_dict(args.scale, config["spaces"][args.scale])
     folder = Path("results/data") / config["data"]["name"]
-    vocab = data.TokenShards.open(folder).manifest["tokenizer"]["vocab_size"]
+    vocab = TokenShards.open(folder).manifest["tokenizer"]["vocab_size"]
     table = pl.read_parquet(args.measurements)
     if args.runtime:
         table = pl.concat([table, pl.read_parquet(args.runtime)], how="diagonal_relaxed")

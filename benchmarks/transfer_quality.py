@@ -27,11 +27,12 @@ import time
 
 import polars as pl
 
-from hwgptbench import data, params
+from hwgptbench import params
 from hwgptbench.io import write_parquet
 from hwgptbench.meters.condition import CONDITION_KEYS, with_condition_columns
 from hwgptbench.settings.sections import TransferSettings
 from hwgptbench.space import SearchSpace
+from hwgptbench.tokens.shards import TokenShards
 from hwgptbench.transfer.evaluate import evaluate, retest, summarize
 
 TABLE_FORMAT = {"tbl_rows": 100, "tbl_cols": 20, "tbl_width_chars": 220, "float_precision": 3,
@@ -63,7 +64,7 @@ def main() -> None:
     section = TransferSettings.of({**config["transfer"],
                                    "ks": sorted({*config["transfer"]["ks"], args.k})})
     space = SearchSpace.from_dict(args.scale, config["spaces"][args.scale])
-    vocab_size = data.TokenShards.open(args.data).manifest["tokenizer"]["vocab_size"]
+    vocab_size = TokenShards.open(args.data).manifest["tokenizer"]["vocab_size"]
     table = _stacked(args.tables)
     start = time.perf_counter()
     quality = evaluate(table, space, vocab_size, section)

@@ -14,6 +14,7 @@ import polars as pl
 import pytest
 import yaml
 
+import docs_examples
 from conftest import REPO_ROOT, make_project, run, set_param, tool_env, use_test_params
 from hwgptbench.pipeline.dvc_deps import dvc_stages, under
 from tracing.reader import StageReads, stage_reads, traced_env
@@ -353,3 +354,27 @@ def test_campaign_over_two_devices_merges_without_remeasuring(pushed: Path, tmp_
     assert not (third / "results" / "tiny" / ".measure").exists()  # nothing was measured
     assert label_b in (third / "results" / "tiny" / "tables" / "devices.csv").read_text()
     assert snakemake_jobs(third) == set() and dvc_status(third) == {}
+
+
+@pytest.fixture(scope="module")
+def finished(pulled: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the pulled run for the documents' examples to write into (its DVC cache is
+    the pulled clone's, linked)."""
+    copy = tmp_path_factory.mktemp("docs") / "clone"
+    shutil.copytree(pulled, copy, symlinks=True, ignore=lambda folder, names: (
+        ["cache"] if Path(folder) == pulled / ".dvc" else []))
+    (copy / ".dvc" / "cache").symlink_to(pulled / ".dvc" / "cache")
+    return copy
+
+
+@pytest.mark.parametrize("group", docs_examples.params({"e2e", "e2e-slow"}))
+def test_doc_examples_on_the_finished_run(group: docs_examples.Group, finished: Path,
+                                          pulled: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The examples of README.md and docs/*.md that read a finished run (marked e2e:
+    tests/docs_examples.py), a section at a time, in the copy of the pulled run, which holds
+    what the pull left again after each section."""
+    try:
+        docs_examples.run_group(group, finished, monkeypatch,
+                                900 if group.where == "e2e-slow" else 200)
+    finally:
+        docs_examples.restore(finished, pulled)
