@@ -361,7 +361,7 @@ def runs_in_process(argv: list[str]) -> bool:
 
 
 def run_plain(commands: list[list[str]], folder: Path, env: dict[str, str],
-              monkeypatch: pytest.MonkeyPatch) -> str:
+              monkeypatch: pytest.MonkeyPatch, baseline_s: float) -> str:
     """Run plain commands one by one; the output of those run as subprocesses."""
     output = []
     for argv in commands:
@@ -389,7 +389,7 @@ def run_plain(commands: list[list[str]], folder: Path, env: dict[str, str],
             continue
         program = sys.executable if argv[0] in ("python", "python3") else argv[0]
         result = subprocess.run([program, *argv[1:]], cwd=folder, env=env, text=True,
-                                capture_output=True, timeout=limit(200))
+                                capture_output=True, timeout=limit(baseline_s))
         output.append(result.stdout + result.stderr)
         assert result.returncode == 0, (f"{shlex.join(argv)} exited {result.returncode}\n"
                                         f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
@@ -428,7 +428,7 @@ def run_example(example: Example, folder: Path, env: dict[str, str],
             return
         commands = plain_commands(code)
         if commands is not None:
-            output = run_plain(commands, folder, env, monkeypatch)
+            output = run_plain(commands, folder, env, monkeypatch, baseline_s)
         else:
             output = run_bash(code, folder, env, baseline_s)
     except Exception as exc:
@@ -460,8 +460,9 @@ def run_group(group: Group, folder: Path, monkeypatch: pytest.MonkeyPatch,
 
 def params(where: set[str]) -> list[object]:
     """The groups that run ``where``, as pytest parameters with their markers."""
-    marks = {"slow": [pytest.mark.slow], "e2e-slow": [pytest.mark.slow],
-             "gpu": [pytest.mark.gpu]}
+    long = pytest.mark.timeout(3600)  # `make paper` takes 13 min on 2 cores, more when busy
+    marks = {"slow": [pytest.mark.slow, long], "e2e-slow": [pytest.mark.slow, long],
+             "gpu": [pytest.mark.gpu, long]}
     return [pytest.param(group, id=group.id, marks=marks.get(group.where, []))
             for group in groups(where)]
 

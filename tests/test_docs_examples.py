@@ -1,6 +1,10 @@
 """Every code example of README.md and docs/*.md runs (tests/docs_examples.py: how, and the
 marking convention): here those of the default suite and those marked slow, gpu or skip; those
-that need a finished run (marked e2e) run in tests/test_workflow.py against its pulled run."""
+that need a finished run (marked e2e) run in tests/test_workflow.py against its pulled run.
+
+A test is one section of a document: its blocks run in order in one scratch clone, and its
+Python blocks in one namespace, so a block may use what an earlier block of its section
+defined or wrote."""
 
 from __future__ import annotations
 
