@@ -69,7 +69,8 @@ ENERGY_CONDITION, ENERGY_FALLBACK = CONDITIONS[2], CONDITIONS[3]
 # the share of --seconds each phase may use, cumulative deadlines in this order
 PHASES = (("s", 0.45), ("m", 0.25), ("l", 0.22), ("s-repeat", 0.08))
 SETTINGS = Settings(threads=1, warmup=2, min_repeats=8, max_repeats=40, target_rel_ci=0.01,
-                    max_seconds=0.06, energy_seconds=0.15, seed=0)
+                    max_seconds=0.06, energy_seconds=0.15, memory=True, seed=0,
+                    estimator="median")
 
 
 def draw_archs(out: Path, seed: int = 0, exclude_shipped: str | None = None) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from hwgptbench.meters.device import DEVICE_ENV, default_device, process_group_b
 from hwgptbench.meters.energy import open_energy_meter
 from hwgptbench.meters.memory import MB
 from hwgptbench.meters.runner import Settings, measure_arch
+from hwgptbench.params import section_of
 from hwgptbench.runtime.breakdown import profile_breakdown, profiled_steps
 from hwgptbench.runtime.parallel import (
     STEP,
@@ -63,8 +64,9 @@ SPACE = SearchSpace.from_dict("gpu-check", {
     "embed_dim": [768], "n_layer": [2, 8, 12], "n_head": [12], "mlp_ratio": [4], "bias": [True],
     "head_size": 64, "block_size": 1024, "rotary_fraction": 0.5})
 LARGEST = SPACE.largest()
-SETTINGS = Settings(threads=1, warmup=2, min_repeats=10, max_repeats=50, max_seconds=0.5,
-                    energy_seconds=2.0)
+SETTINGS = Settings(threads=1, warmup=2, min_repeats=10, max_repeats=50, target_rel_ci=0.02,
+                    max_seconds=0.5, energy_seconds=2.0, memory=True, seed=0,
+                    estimator="median")
 # the runtime section's options as params.yaml sets them
 OPTIONS = {"attention": ["math", "flash", "efficient"], "quant": ["int8"], "compile": [],
            "recompute": [True]}
@@ -138,8 +140,8 @@ def check_flash_attention_in_bf16() -> str:
     math attention on a long prefill."""
     runtime = yaml.safe_load((Path(__file__).resolve().parents[1] / "params.yaml").read_text(
         encoding="utf-8"))["runtime"]
-    section = RuntimeSettings.of(runtime | {
-        "batch_size": 8, "seq_len": 1024, "gen_len": 0, "dtypes": ["fp32", "bf16"],
+    section = section_of(RuntimeSettings, runtime | {
+        "batch_size": 8, "seq_len": 1024, "dtypes": ["fp32", "bf16"],
         "workloads": ["prefill", "train_step"], "options": OPTIONS})
     attention = [c for c in runtime_conditions(section, CUDA) if c.attention != "default"]
     assert {c.dtype for c in attention} == {"bf16"}, [c.id for c in attention]

@@ -28,6 +28,7 @@ from hwgptbench import params
 from hwgptbench.campaign.budget import GB, activation_bytes, weight_bytes
 from hwgptbench.campaign.shard import conditions, measure_rows
 from hwgptbench.meters.device import default_device
+from hwgptbench.params import section_of
 from hwgptbench.settings.sections import MeasureSettings
 from hwgptbench.space import SearchSpace
 
@@ -58,7 +59,7 @@ def main() -> None:
     section = {**config["measure"], "memory": False, "energy_window_s": 0.01}
     if args.anchors is not None:
         section["group_anchors"] = args.anchors
-    condition = conditions(MeasureSettings.of(section), space, default_device())[0]
+    condition = conditions(section_of(MeasureSettings, section), space, default_device())[0]
     section |= {"batch_sizes": [condition.batch_size], "seq_lens": [condition.seq_len],
                 "dtypes": [condition.dtype], "launch": [condition.launch]}
     weights = sorted(weight_bytes(space, a, args.vocab_size, condition.dtype) for a in archs)
@@ -69,8 +70,8 @@ def main() -> None:
     detail: dict[str, Any] = {}
     for name, budget in (("full_1", None), ("grouped", forced), ("full_2", None)):
         start = time.perf_counter()
-        rows = measure_rows(MeasureSettings.of({**section, "memory_budget_gb": budget}), space,
-                            archs, args.vocab_size, "auto", desc=name)
+        rows = measure_rows(section_of(MeasureSettings, {**section, "memory_budget_gb": budget}),
+                            space, archs, args.vocab_size, "auto", desc=name)
         runs[name] = {r["arch_id"]: r["latency_ms"] for r in rows if r["status"] == "ok"}
         detail[name] = {"seconds": time.perf_counter() - start,
                         "groups": len({r["latency_group"] for r in rows}),

@@ -20,7 +20,6 @@ from hwgptbench.compress.evaluate import mean_loss
 from hwgptbench.compress.finetune import calibration_batches, import_dense
 from hwgptbench.evaluation.perplexity import validation_batches
 from hwgptbench.model.dense import load_dense
-from hwgptbench.settings.build import build
 from hwgptbench.settings.compress import ImportanceSettings
 from hwgptbench.space import SearchSpace
 from hwgptbench.tokens.shards import TokenShards
@@ -41,8 +40,7 @@ def main() -> None:
     archs = [space.largest(), *space.sample(n_archs, 0)]
     perplexity = {}
     for label, batches in (("original", None), ("reordered", calibration_batches(
-            shards, space.block_size,
-            build(ImportanceSettings, section["importance"], "compress.importance")))):
+            shards, space.block_size, ImportanceSettings.parse(section["importance"])))):
         supernet, _ = import_dense(load_dense(dense_path), space, batches)
         supernet.eval()
         values = []

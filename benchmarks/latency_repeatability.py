@@ -23,6 +23,7 @@ from scipy import stats
 
 from hwgptbench import params
 from hwgptbench.campaign.shard import measure_rows
+from hwgptbench.params import section_of
 from hwgptbench.settings.sections import MeasureSettings
 from hwgptbench.space import SearchSpace
 
@@ -45,9 +46,9 @@ def main() -> None:
           f"{'shift':>6} {'within 5%':>9} {'seconds':>8}")
     for interleave in (False, True):
         start = time.perf_counter()
-        campaigns = [measure_rows(MeasureSettings.of({**section, "interleave": interleave}),
-                                  space, archs,
-                                  args.vocab_size, "auto") for _ in range(2)]
+        measure = section_of(MeasureSettings, {**section, "interleave": interleave})
+        campaigns = [measure_rows(measure, space, archs, args.vocab_size, "auto")
+                     for _ in range(2)]
         first, second = ([r["latency_ms"] for r in rows] for rows in campaigns)
         ci = np.median([r["latency_ci95_rel"] for rows in campaigns for r in rows]) * 100
         ratio = np.asarray(second) / np.asarray(first)

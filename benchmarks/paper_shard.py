@@ -22,6 +22,7 @@ from hwgptbench import params
 from hwgptbench.campaign.budget import GB
 from hwgptbench.measure.stage import measure_shard
 from hwgptbench.meters.memory import peak_rss_bytes
+from hwgptbench.params import section_of
 from hwgptbench.settings.sections import MeasureSettings
 from hwgptbench.space import SearchSpace
 
@@ -42,9 +43,9 @@ def main() -> None:
     config = params.load(args.params)
     space = SearchSpace.from_dict(args.scale, config["spaces"][args.scale])
     archs = space.sample(args.archs, seed=0)
-    section = MeasureSettings.of({**config["measure"], "batch_sizes": [args.batch_size],
-                                  "seq_lens": [args.seq_len], "dtypes": [args.dtype],
-                                  "launch": ["eager"], "memory": args.memory})
+    section = section_of(MeasureSettings, {
+        **config["measure"], "batch_sizes": [args.batch_size], "seq_lens": [args.seq_len],
+        "dtypes": [args.dtype], "launch": ["eager"], "memory": args.memory})
     start = time.perf_counter()
     table = measure_shard(section, space, archs, args.vocab_size, "auto", (0, 1), args.out)
     seconds = time.perf_counter() - start

@@ -38,10 +38,9 @@ def main() -> None:
     from hwgptbench.moo.problem import make_problem
     from hwgptbench.moo.reference import compute_reference
     from hwgptbench.moo.runner import run
-    from hwgptbench.settings.sections import SearchSettings
 
     torch.set_num_threads(1)
-    config = SearchSettings.of(params.load_overlaid(args.params, args.overlay)["search"])
+    config = params.load_typed([args.params, *args.overlay], ["search"]).search
     bench = Benchmark.load("s", source="published")
     problem = make_problem(bench, config.objective_sets[args.objectives], bench.devices[0],
                            None)

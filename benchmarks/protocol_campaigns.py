@@ -26,7 +26,7 @@ import time
 import polars as pl
 
 from hwgptbench.campaign.shard import measure_rows
-from hwgptbench.params import load_overlaid
+from hwgptbench.params import load_overlaid, section_of
 from hwgptbench.repeatability import agreement
 from hwgptbench.settings.sections import MeasureSettings
 from hwgptbench.space import SearchSpace
@@ -61,8 +61,8 @@ def main() -> None:
                    if load == "busy" else None)
         started = time.perf_counter()
         try:
-            rows = measure_rows(MeasureSettings.of(section), space, archs, args.vocab_size, "auto",
-                                desc=f"campaign {index} ({load})")
+            rows = measure_rows(section_of(MeasureSettings, section), space, archs,
+                                args.vocab_size, "auto", desc=f"campaign {index} ({load})")
         finally:
             if spinner is not None:
                 spinner.kill()

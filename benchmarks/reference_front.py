@@ -23,6 +23,7 @@ from hwgptbench import Benchmark, params
 from hwgptbench.moo.problem import make_problem
 from hwgptbench.moo.reference import compute_reference, scores
 from hwgptbench.moo.runner import run
+from hwgptbench.params import section_of
 from hwgptbench.search.front import final_fronts
 from hwgptbench.settings.sections import SearchSettings
 
@@ -42,7 +43,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--budget", type=int, default=100)
     args = parser.parse_args()
-    section = SearchSettings.of(params.load(args.params)["search"])
+    section = section_of(SearchSettings, params.load(args.params)["search"])
     bench = Benchmark.load(args.scale, args.results, source=args.source)
     device = args.device or bench.devices[0]
     metrics = section.objective_sets[args.objectives]

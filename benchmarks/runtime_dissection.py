@@ -54,7 +54,8 @@ def main() -> None:
                          space, args.vocab, 3)
     device = default_device()
     settings = Settings(threads=torch.get_num_threads(), warmup=3, min_repeats=10,
-                        max_repeats=200, target_rel_ci=0.02, max_seconds=args.seconds)
+                        max_repeats=200, target_rel_ci=0.02, max_seconds=args.seconds,
+                        energy_seconds=3.0, memory=True, seed=0, estimator="median")
     serving = pl.DataFrame(serving_sweep(
         lambda c: measure_condition(space, archs, args.vocab, c, device, settings),
         args.batch_sizes, args.prompt, args.gen, args.dtype), infer_schema_length=None)

@@ -14,7 +14,6 @@ seeds (and at half the budget). Writes the numbers to --out as JSON too.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import json
 import time
@@ -30,6 +29,7 @@ from hwgptbench.moo.evaluator import Evaluator
 from hwgptbench.moo.problem import make_problem
 from hwgptbench.moo.reference import compute_reference
 from hwgptbench.moo.runner import execute, trajectory
+from hwgptbench.params import section_of
 from hwgptbench.settings.sections import SearchOptions, SearchSettings
 
 
@@ -75,11 +75,11 @@ def main() -> None:
     parser.add_argument("--algorithms", nargs="*", default=None)
     parser.add_argument("--out", default=None, help="also write the numbers here (JSON)")
     args = parser.parse_args()
-    section = SearchSettings.of(params.load(args.params)["search"])
+    section = section_of(SearchSettings, params.load(args.params)["search"])
     bench = Benchmark.load(args.scale, args.results)
     device = bench.devices[0]
     problem = make_problem(bench, section.objective_sets[args.objectives], device,
-                           dataclasses.asdict(section.condition))
+                           section.condition)
     reference = compute_reference(problem, section.reference_archs,
                                   section.reference_seed)[0]
     for fidelity in problem.fidelities:  # build the lookup tables before timing

@@ -19,6 +19,7 @@ from pathlib import Path
 import device_table
 import polars as pl
 
+from hwgptbench.params import section_of
 from hwgptbench.predictors import fitting as surrogates
 from hwgptbench.settings.sections import SurrogateSettings
 
@@ -39,7 +40,7 @@ def main() -> None:
         section = {**base, "lightgbm": {**base["lightgbm"], **lightgbm},
                    "families": families or list(dict.fromkeys([*base["families"], "linear"]))}
         with tempfile.TemporaryDirectory() as out:
-            quality = surrogates.fit_device(SurrogateSettings.of(section),
+            quality = surrogates.fit_device(section_of(SurrogateSettings, section),
                                             space, vocab, table, Path(out) / "m")
         if name == "linear_tree":
             quality = quality.with_columns(family=pl.lit("lightgbm_linear_tree"))

@@ -19,6 +19,7 @@ import device_table
 import polars as pl
 from polars.testing import assert_frame_equal
 
+from hwgptbench.params import section_of
 from hwgptbench.predictors import fitting as surrogates
 from hwgptbench.settings.sections import SurrogateSettings
 
@@ -34,8 +35,8 @@ def main() -> None:
         section = {**config["surrogate"], "workers": workers}
         with tempfile.TemporaryDirectory() as out:
             start = time.perf_counter()
-            quality[workers] = surrogates.fit_device(SurrogateSettings.of(section), space, vocab,
-                                                     table, Path(out) / "m")
+            quality[workers] = surrogates.fit_device(section_of(SurrogateSettings, section),
+                                                     space, vocab, table, Path(out) / "m")
             seconds[workers] = time.perf_counter() - start
         print(f"workers {workers}: {seconds[workers]:.1f} s, "
               f"{quality[workers].filter(pl.col('status') == 'ok').height} surrogates")

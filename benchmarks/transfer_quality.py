@@ -30,6 +30,7 @@ import polars as pl
 from hwgptbench import params
 from hwgptbench.io import write_parquet
 from hwgptbench.meters.condition import CONDITION_KEYS, with_condition_columns
+from hwgptbench.params import section_of
 from hwgptbench.settings.sections import TransferSettings
 from hwgptbench.space import SearchSpace
 from hwgptbench.tokens.shards import TokenShards
@@ -61,8 +62,8 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     config = params.merge_files(args.params or ["params.yaml"], ["transfer", "spaces"])
-    section = TransferSettings.of({**config["transfer"],
-                                   "ks": sorted({*config["transfer"]["ks"], args.k})})
+    section = section_of(TransferSettings, {**config["transfer"],
+                                            "ks": sorted({*config["transfer"]["ks"], args.k})})
     space = SearchSpace.from_dict(args.scale, config["spaces"][args.scale])
     vocab_size = TokenShards.open(args.data).manifest["tokenizer"]["vocab_size"]
     table = _stacked(args.tables)

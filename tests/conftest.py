@@ -183,10 +183,11 @@ def surrogate_settings(section: dict[str, Any]) -> SurrogateSettings:
     surrogate section under it, with one worker unless it says otherwise."""
     import yaml
 
+    from hwgptbench.params import section_of
     from hwgptbench.settings.sections import SurrogateSettings
 
     base = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["surrogate"]
-    return SurrogateSettings.of(base | {"workers": 1} | section)
+    return section_of(SurrogateSettings, base | {"workers": 1} | section)
 
 
 def toy_perplexity_table(space: SearchSpace, n: int = 30, seed: int = 0) -> pl.DataFrame:
@@ -226,12 +227,13 @@ def shakespeare(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import yaml
 
     from hwgptbench.data.build import build
+    from hwgptbench.params import section_of
     from hwgptbench.settings.sections import DataSettings
 
     config = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["data"]
     config["corpus"]["path"] = str(REPO_ROOT / config["corpus"]["path"])
     out = tmp_path_factory.mktemp("data") / config["name"]
-    build(DataSettings.of(config), out)
+    build(section_of(DataSettings, config), out)
     return out
 
 

@@ -19,6 +19,7 @@ from hwgptbench import cli, layout, published
 from hwgptbench.adaptation.targets import TransferError
 from hwgptbench.api import Benchmark, QueryError
 from hwgptbench.compat import HWGPT
+from hwgptbench.settings.sections import SpaceSettings
 from hwgptbench.transfer.adapt import adaptation_space, candidate_archs
 
 SHIPPED_CPU = "cpu-amd-epyc-1t"
@@ -129,11 +130,11 @@ def test_validate_scores_the_rows_beyond_k(fresh: Path,
 
 
 def test_a_params_space_other_than_the_shipped_one_is_refused() -> None:
-    spaces = dict(PARAMS["spaces"])
+    spaces = {name: SpaceSettings.parse(space) for name, space in PARAMS["spaces"].items()}
     assert adaptation_space("s", spaces) == published.space("s")  # same choices, other order
     assert adaptation_space("s", {}) == published.space("s")
     assert adaptation_space("tiny", spaces).name == "tiny"
-    narrow = {**spaces, "s": {**spaces["s"], "embed_dim": [192, 384]}}
+    narrow = {**spaces, "s": spaces["s"].model_copy(update={"embed_dim": (192, 384)})}
     with pytest.raises(TransferError, match=r"params' spaces.s .* is not the space of the "
                                             r"shipped s tables"):
         adaptation_space("s", narrow)

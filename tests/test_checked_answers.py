@@ -22,6 +22,7 @@ from hwgptbench.api import ADAPTED_MEASUREMENTS, Benchmark, ImplausibleAnswer
 from hwgptbench.errors import UserError
 from hwgptbench.export.evaluate import ImplausibleScore, check_scores, perplexity_task
 from hwgptbench.io import canonical_json, sha256_file
+from hwgptbench.params import section_of
 from hwgptbench.predictors import fitting
 from hwgptbench.predictors.store import MANIFEST, SurrogateFileError, _files
 from hwgptbench.settings.sections import TransferSettings
@@ -60,7 +61,7 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for label in (CPU, GPU):
         fitting.fit_device(settings, space, vocab, measured.filter(pl.col("device") == label),
                            Path(layout.device_surrogates(SCALE, label, str(root))))
-    transfer = TransferSettings.of({**_params()["transfer"], **TRANSFER})
+    transfer = section_of(TransferSettings, {**_params()["transfer"], **TRANSFER})
     adapt_device(transfer, space, vocab, measured, device_table(space, ADAPTED, 20.0, 12, 1),
                  ADAPTED, 8, layout.adapted(SCALE, str(root)))
     return root

@@ -23,8 +23,13 @@ from hwgptbench.compress.table import FAIR_REFERENCE, BaselinePlan, compression_
 from hwgptbench.evaluation.perplexity import validation_batches
 from hwgptbench.evaluation.tasks import build_cloze
 from hwgptbench.model.dense import load_dense
-from hwgptbench.settings.build import build
-from hwgptbench.settings.compress import ImportanceSettings, SubnetSearchSettings, TimingSettings
+from hwgptbench.params import section_of
+from hwgptbench.settings.compress import (
+    CompressSettings,
+    ImportanceSettings,
+    SubnetSearchSettings,
+    TimingSettings,
+)
 from hwgptbench.settings.sections import TrainingSettings
 from hwgptbench.space import SearchSpace
 from hwgptbench.tokens.shards import TokenShards
@@ -33,14 +38,14 @@ from hwgptbench.training.train import WindowSampler, load_supernet
 SECTION = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["compress"]
 SPACE = SECTION["space"] | {"embed_dim": [32], "n_layer": [1, 2], "n_head": [2, 4],
                             "mlp_ratio": [1, 2], "head_size": 8, "block_size": 32}
-TIMING = build(TimingSettings, SECTION["timing"] | {
+TIMING = TimingSettings.parse(SECTION["timing"] | {
     "seq_len": 32, "warmup": 1, "min_repeats": 2, "max_repeats": 3, "max_seconds": 0.01})
 
 
 def training(steps: int, **changes: object) -> TrainingSettings:
-    return build(TrainingSettings, SECTION["finetune"] | {
+    return section_of(CompressSettings, {"finetune": SECTION["finetune"] | {
         "steps": steps, "batch_size": 2, "checkpoint_every": 1, "warmup_steps": 1,
-        "device": "cpu"} | changes)
+        "device": "cpu"} | changes}).finetune
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +104,7 @@ def test_search_and_table(space: SearchSpace, dense_file: Path, shakespeare: Pat
     val = shards.split("val")
     evaluator = SubnetEvaluator(supernet, validation_batches(val, 32, 1, 2, 0),
                                 build_cloze(val, 6, 16, 8, 3, 0), TIMING, torch.device("cpu"))
-    search = build(SubnetSearchSettings, {
+    search = SubnetSearchSettings.parse({
         "objectives": {"ppl-params": ["perplexity", "params"],
                        "ppl-latency": ["perplexity", "latency_ms"]},
         "algorithms": ["nsga2", "iterative"], "budget": 6, "seed": 0,

@@ -6,7 +6,6 @@ numbers)."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import polars as pl
@@ -55,8 +54,9 @@ def test_subnetwork_throughput_and_quantization_on_cuda(shakespeare: Path) -> No
 
     supernet = SuperGPT(space, 4096).to(CUDA).eval()
     val = TokenShards.open(shakespeare).split("val")
-    timing = dataclasses.replace(TIMING, batch_size=8, seq_len=256, warmup=5, min_repeats=20,
-                                 max_repeats=200, max_seconds=1.0)
+    timing = TIMING.model_copy(update={"batch_size": 8, "seq_len": 256, "warmup": 5,
+                                       "min_repeats": 20, "max_repeats": 200,
+                                       "max_seconds": 1.0})
     evaluator = SubnetEvaluator(supernet, validation_batches(val, 256, 2, 4, 0), None, timing,
                                 CUDA)
     small = Arch(512, 4, (4,) * 4, (1.5,) * 4, False)

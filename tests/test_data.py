@@ -22,6 +22,7 @@ from hwgptbench.data.corpus import (
     open_corpus,
     split_documents,
 )
+from hwgptbench.params import section_of
 from hwgptbench.settings.sections import CorpusSettings, DataSettings
 from hwgptbench.tokens.shards import TokenShards, token_dtype
 from hwgptbench.tokens.tokenizer import TokenizerUnavailableError, load_tokenizer_file
@@ -71,7 +72,7 @@ def test_build_outputs_decode_to_the_corpus(built: Path) -> None:
         assert int((tokens == eot).sum()) == manifest["splits"][split]["documents"]
     # the first validation document comes back exactly from its tokens
     val_index = split_documents(42, DEFAULT["val_fraction"], DEFAULT["seed"])["val"][0]
-    corpus = open_corpus(DataSettings.of(_params()).corpus)
+    corpus = open_corpus(section_of(DataSettings, _params()).corpus)
     text = next(corpus.texts([val_index]))
     tokens = np.concatenate(shards.split("val"))
     first_doc = tokens[: int(np.argmax(tokens == manifest["tokenizer"]["eot_id"]))]
@@ -80,7 +81,7 @@ def test_build_outputs_decode_to_the_corpus(built: Path) -> None:
 
 def test_same_params_give_byte_identical_outputs(built: Path, tmp_path: Path) -> None:
     again = tmp_path / "again"
-    build(DataSettings.of(_params()), again)
+    build(section_of(DataSettings, _params()), again)
     names = sorted(p.name for p in built.iterdir())
     assert names == sorted(p.name for p in again.iterdir())
     for name in names:
@@ -90,7 +91,7 @@ def test_same_params_give_byte_identical_outputs(built: Path, tmp_path: Path) ->
 def test_small_shards_and_tokenizer_file(built: Path, tmp_path: Path) -> None:
     config = _params(shard_tokens=200_000)
     config["tokenizer"] = {"kind": "file", "file": str(built / "tokenizer.json")}
-    manifest = build(DataSettings.of(config), tmp_path / "out")
+    manifest = build(section_of(DataSettings, config), tmp_path / "out")
     train = manifest["splits"]["train"]
     assert len(train["shards"]) == -(-train["tokens"] // 200_000)
     assert all(s["tokens"] == 200_000 for s in train["shards"][:-1])
@@ -118,7 +119,7 @@ def test_missing_corpus_folder_is_a_clear_error(tmp_path: Path) -> None:
     config = _params()
     config["corpus"]["path"] = str(tmp_path / "nowhere")
     with pytest.raises(CorpusUnavailableError, match="data.corpus.path"):
-        build(DataSettings.of(config), tmp_path / "out")
+        build(section_of(DataSettings, config), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -160,7 +161,8 @@ def test_huggingface_corpus_reads_a_local_dataset(tmp_path: Path) -> None:
 
     texts = [f"document {i}: " + "the quick brown fox " * (i + 1) for i in range(20)]
     datasets.Dataset.from_dict({"text": texts}).save_to_disk(str(tmp_path / "ds"))
-    local = CorpusSettings("huggingface", dataset="local")
+    local = CorpusSettings(source="huggingface", dataset="local", split="train",
+                           text_field="text")
     corpus = HuggingFaceCorpus(datasets.load_from_disk(str(tmp_path / "ds")), "text", local)
     assert len(corpus) == 20
     assert list(corpus.texts([3, 7])) == [texts[3], texts[7]]

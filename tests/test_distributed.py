@@ -18,6 +18,7 @@ import yaml
 from conftest import BIN, REPO_ROOT, make_project, run
 from hwgptbench import params
 from hwgptbench.outputs import MARKER
+from hwgptbench.params import section_of
 from hwgptbench.settings.sections import SupernetSettings
 from hwgptbench.space import SearchSpace
 from hwgptbench.tokens.shards import TokenShards
@@ -59,7 +60,7 @@ def test_two_ranks_train_what_one_process_trains(shakespeare: Path, tmp_path: Pa
     assert torch.load(tmp_path / "work" / "checkpoint.pt", weights_only=False)["step"] == 4
 
     # the same params in one process: warns that it is not supernet.processes, same result
-    cfg = SupernetSettings.of(doc["supernet"])
+    cfg = section_of(SupernetSettings, doc["supernet"])
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="hwgptbench.training.train"):
         train.train(cfg, TINY, TokenShards.open(shakespeare), tmp_path / "one",
@@ -86,7 +87,7 @@ def test_two_ranks_train_what_one_process_trains(shakespeare: Path, tmp_path: Pa
 
 
 def test_checkpoint_resumes_under_another_process_count(shakespeare: Path) -> None:
-    cfg = SupernetSettings.of(_params(SUPERNET)["supernet"])
+    cfg = section_of(SupernetSettings, _params(SUPERNET)["supernet"])
     shards = TokenShards.open(shakespeare)
     assert (train.run_fingerprint(cfg, TINY, shards)
             == train.run_fingerprint(replace(cfg, processes=1), TINY, shards))
@@ -116,7 +117,7 @@ def test_batch_size_must_divide_over_processes(batch_size: int, processes: int, 
         params.validate(doc)
     assert expected in str(info.value)
     with pytest.raises(params.ParamsError, match="supernet.processes"):
-        SupernetSettings.of(doc["supernet"])
+        section_of(SupernetSettings, doc["supernet"])
     assert params.validate(_params({"batch_size": 8, "processes": 4}))
 
 

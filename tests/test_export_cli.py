@@ -21,7 +21,6 @@ from hwgptbench.cli import main
 from hwgptbench.export.evaluate import DEFAULTS
 from hwgptbench.io import save_torch
 from hwgptbench.model import SuperGPT
-from hwgptbench.settings.build import as_params, build
 from hwgptbench.settings.compress import EvaluateSettings
 from hwgptbench.space import Arch, SearchSpace
 from hwgptbench.tokens.shards import TokenShards
@@ -82,8 +81,8 @@ def test_offline_tasks_agree_across_formats(exported: Path, shakespeare: Path,
     for result in (default, pt2):
         assert result["arch"] == ARCH.id and result["model"] == str(exported)
         assert set(result["tasks"]) == {"cloze", "perplexity"}
-        assert result["settings"]["cloze"] == as_params(DEFAULTS.cloze) | {
-            "items": 24, "context_len": 16, "choice_len": 8}
+        assert result["settings"]["cloze"] == DEFAULTS.cloze.model_dump(
+            mode="json", exclude_none=True) | {"items": 24, "context_len": 16, "choice_len": 8}
         assert result["versions"]["torch_version"] == torch.__version__
     cloze, ppl = pt2["tasks"]["cloze"], pt2["tasks"]["perplexity"]
     assert cloze["n_items"] == 24 and cloze["chance"] == 0.25 and 0 <= cloze["accuracy"] <= 1
@@ -167,4 +166,4 @@ def test_a_missing_folder_or_format_is_a_user_error(exported: Path, shakespeare:
 
 def test_the_defaults_are_those_of_params_yaml() -> None:
     evaluate = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["compress"]["evaluate"]
-    assert DEFAULTS == build(EvaluateSettings, evaluate)
+    assert DEFAULTS == EvaluateSettings.parse(evaluate)

@@ -1,7 +1,8 @@
 """The recipes of docs/architecture.md ("Where does X go?"), followed in a copy of the project:
 a hardware metric (a meter module and its entry in metrics.py) and a search algorithm (a module
 and its entry in search_algorithms.py) run through the command line, and after `hwgptbench
-dvc-deps` the copy differs from the repository in the files the recipe names and no others."""
+dvc-deps` the copy differs from the repository in the files the recipe names and no others; a
+params field added to its section's model and to params.yaml reaches a command typed."""
 
 from __future__ import annotations
 
@@ -39,11 +40,10 @@ def toy_walk(evaluate, genome, seed, options: ToyOptions) -> None:
     for offset in itertools.count():
         evaluate(genome.space.sample(options.batch, seed + offset))
 '''
-TOY_OPTIONS = '''@dataclass(frozen=True)
-class ToyOptions:
+TOY_OPTIONS = '''class ToyOptions(Model):
     """The toy search's options."""
 
-    batch: int = option(3, "archs sampled per step", minimum=1)
+    batch: int = option(3, "archs sampled per step", ge=1)
 
 
 '''
@@ -86,7 +86,7 @@ def extended(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (package / "moo" / "algorithms" / "toy_walk.py").write_text(TOY_ALGORITHM)
     insert_before(package / "search_algorithms.py", "@dataclass(frozen=True)\nclass Algorithm:",
                   TOY_OPTIONS)
-    insert_before(package / "search_algorithms.py", "}\n\n_JSON_TYPES", TOY_ENTRY)
+    insert_before(package / "search_algorithms.py", '    "iterative": Algorithm(', TOY_ENTRY)
     run(["hwgptbench", "dvc-deps"], project, env=in_copy(project))
     return project
 
@@ -146,3 +146,40 @@ def test_an_algorithm_added_by_the_recipe_runs_from_the_cli(extended: Path, tmp_
          "--out", str(runs)], extended, env=env, baseline_s=30)
     evaluated = pl.read_parquet(runs / "0.parquet")
     assert evaluated.height >= 9 and evaluated["arch_id"].n_unique() >= 5
+
+
+TOY_FIELD = '''    toy_margin: Positive = doc(0.5, "a toy share of each timing budget")
+'''
+
+
+def test_a_params_field_is_its_model_line_and_its_params_value(tmp_path: Path) -> None:
+    """Adding a field means one line in its section's model and its value in params.yaml:
+    the loader, `hwgptbench validate`, the section file the workflow writes and the
+    generated reference (regenerated as docs/params.md says) follow; a command loads it typed,
+    and a bad value is refused with the field's name."""
+    project = make_project(tmp_path / "field")
+    sections = project / "src" / "hwgptbench" / "settings" / "sections.py"
+    insert_before(sections, '    contention: ContentionSettings = ContentionSettings()\n',
+                  TOY_FIELD)
+    doc = yaml.safe_load((project / "params.yaml").read_text())
+    doc["measure"]["toy_margin"] = 0.75
+    write_yaml(project / "params.yaml", doc)
+    env = in_copy(project)
+    reference = run(["hwgptbench", "params", "--describe"], project, env=env).stdout
+    (project / "docs" / "params.md").write_text(reference)
+    assert changed_files(project) == {"src/hwgptbench/settings/sections.py", "params.yaml",
+                                      "docs/params.md"}
+    assert "| `measure.toy_margin` | number > 0 | 0.5 | a toy share" in reference
+    run(["hwgptbench", "validate"], project, env=env)
+    code = ("from hwgptbench import params; from hwgptbench.settings.sections import "
+            "MeasureSettings; m = params.load_section(MeasureSettings, ['params.yaml']); "
+            "print(repr(m.toy_margin)); import json; "
+            "print(json.loads(open(params.write_sections(params.load('params.yaml'), "
+            "'sections')['measure']).read())['measure']['toy_margin'])")
+    out = run(["python", "-c", code], project, env=env).stdout.split()
+    assert out == ["0.75", "0.75"]
+    doc["measure"]["toy_margin"] = "wide"
+    write_yaml(project / "params.yaml", doc)
+    refused = run(["hwgptbench", "validate"], project, env=env, check=False)
+    assert refused.returncode == 2
+    assert "measure.toy_margin: 'wide' is not allowed; allowed: number > 0" in refused.stderr

@@ -17,11 +17,13 @@ from hwgptbench.compress.finetune_methods import (
 )
 from hwgptbench.meters.runner import build_model
 from hwgptbench.model import GPT
+from hwgptbench.params import ParamsError, section_of
+from hwgptbench.settings.compress import CompressSettings, LoraSettings
 from hwgptbench.space import SearchSpace
 
 VOCAB = 211
 CPU = torch.device("cpu")
-LORA = {"r": 4, "alpha": 8, "targets": ["qkv", "proj", "fc", "gate", "up"]}
+LORA = LoraSettings(r=4, alpha=8.0, targets=("qkv", "proj", "fc", "gate", "up"))
 SPACES = {family: SearchSpace.from_dict(family, {
     "embed_dim": [64], "n_layer": [2], "n_head": [4], "mlp_ratio": [4], "bias": [False],
     "head_size": 16, "block_size": 32, "rotary_fraction": 0.5, "family": family})
@@ -33,7 +35,7 @@ def factory(family: str) -> GPT:
     return build_model(space, space.largest(), VOCAB, 0, CPU, torch.float32)
 
 
-def adapter_count(model: nn.Module, r: int, targets: list[str]) -> tuple[int, int]:
+def adapter_count(model: nn.Module, r: int, targets: tuple[str, ...]) -> tuple[int, int]:
     """LoRA parameters r * (in + out) and adapter tensors (A and B) of the targeted Linears,
     counted on the base model."""
     linears = [m for name, m in model.named_modules()
@@ -51,7 +53,7 @@ def test_methods_count_trainable_parameters_memory_and_optimizer_state(family: s
     assert all(list(row) == list(COLUMNS) and row["status"] == "ok" for row in rows)
     base = factory(family)
     n_base = sum(p.numel() for p in base.parameters())
-    n_adapters, n_tensors = adapter_count(base, LORA["r"], LORA["targets"])
+    n_adapters, n_tensors = adapter_count(base, LORA.r, LORA.targets)
     n_vocab = VOCAB * 64 * (2 if family == "llama" else 1)  # untied LM head in llama
 
     full, lora, frozen = by["full"], by["lora"], by["lora_frozen_embeddings"]
@@ -87,7 +89,7 @@ def test_lora_starts_at_the_base_logits_and_trains_only_the_adapters(family: str
         step()
     after = dict(model.named_parameters())
     adapters = [name for name in before if "lora_" in name]
-    assert len(adapters) == adapter_count(factory(family), LORA["r"], LORA["targets"])[1]
+    assert len(adapters) == adapter_count(factory(family), LORA.r, LORA.targets)[1]
     for name, value in before.items():
         changed = not torch.equal(value, after[name])
         assert changed == (name in adapters), name
@@ -105,8 +107,8 @@ def test_lora_trains_the_embeddings_unless_frozen_and_rejects_bad_input() -> Non
     with pytest.raises(ValueError, match="dtype"):
         measure_finetune_methods(partial(factory, "llama"), ["full"], LORA, VOCAB, 1, 8,
                                  dtype="fp16")
-    with pytest.raises(ValueError, match="lora.r"):
-        prepare_model(factory("llama"), "lora", {**LORA, "r": 0}, seed=0)
+    with pytest.raises(ParamsError, match=r"compress\.finetune_methods\.lora\.r: 0"):
+        section_of(CompressSettings, {"finetune_methods": {"lora": {"r": 0}}})
 
 
 def test_bf16_autocast_rows() -> None:

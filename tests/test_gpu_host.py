@@ -25,6 +25,7 @@ from hwgptbench.meters.condition import Condition
 from hwgptbench.meters.device import default_device, process_group_backend
 from hwgptbench.meters.runner import Settings
 from hwgptbench.model import GPT
+from hwgptbench.params import section_of
 from hwgptbench.runtime import parallel
 from hwgptbench.runtime.breakdown import STEP, attribute
 from hwgptbench.runtime.rows import measure_condition, runtime_conditions
@@ -113,9 +114,10 @@ def test_parallel_ranks_follow_the_device(gpu_host: pytest.MonkeyPatch) -> None:
 
 def test_measure_labels_and_plans_name_the_chosen_device(gpu_host: pytest.MonkeyPatch) -> None:
     gpu_host.setenv(DEVICE_ENV, "cpu")
-    section = MeasureSettings.of(params.load(REPO_ROOT / "params.yaml")["measure"])
-    assert device_label(replace(section, device="auto", aliases={}), 2).startswith("cpu-")
-    machine = plan.this_machine(replace(section, device="auto", threads=2))
+    section = section_of(MeasureSettings, params.load(REPO_ROOT / "params.yaml")["measure"])
+    auto = section.model_copy(update={"device": "auto", "aliases": {}})
+    assert device_label(auto, 2).startswith("cpu-")
+    machine = plan.this_machine(section.model_copy(update={"device": "auto", "threads": 2}))
     [(label, memory)] = machine.items()
     assert label.startswith("cpu-") and not memory.gpu
 
@@ -151,7 +153,9 @@ def _out_of_memory_from(batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_out_of_memory_in_the_first_call_is_oom_not_unsupported(
         monkeypatch: pytest.MonkeyPatch) -> None:
     _out_of_memory_from(4, monkeypatch)
-    settings = Settings(threads=1, warmup=1, min_repeats=3, max_repeats=5, max_seconds=0.05)
+    settings = Settings(threads=1, warmup=1, min_repeats=3, max_repeats=5, target_rel_ci=0.02,
+                        max_seconds=0.05, energy_seconds=3.0, memory=True, seed=0,
+                        estimator="median")
     archs = [SPACE.smallest(), SPACE.largest()]
     for workload in ("prefill", "decode", "train_step"):
         condition = Condition(4, 16, "fp32", workload=workload,
@@ -170,13 +174,13 @@ def test_out_of_memory_in_the_first_call_is_oom_not_unsupported(
 
 def test_options_are_varied_on_bf16_on_cuda() -> None:
     cuda = torch.device("cuda", 0)
-    fast = RuntimeSettings.of(FAST)
+    fast = section_of(RuntimeSettings, FAST)
     varied = {c.dtype for c in runtime_conditions(fast, cuda)
               if c.attention != "default" or c.recompute or c.quant != "none"}
     assert varied == {"bf16"}  # flash attention has no fp32 CUDA kernel
     assert {c.dtype for c in runtime_conditions(fast, CPU) if c.attention != "default"} == {
         "fp32"}
-    fp32_only = replace(fast, dtypes=("fp32",))
+    fp32_only = fast.model_copy(update={"dtypes": ("fp32",)})
     assert {c.dtype for c in runtime_conditions(fp32_only, cuda)} == {"fp32"}
 
 

@@ -431,7 +431,7 @@ def test_a_value_with_a_space_is_valid() -> None:
 
 def test_layout_reads_device_labels_as_the_schema_does(tmp_path: Path,
                                                        caplog: pytest.LogCaptureFixture) -> None:
-    measure = params.schema()["properties"]["measure"]["properties"]["device"]
+    measure = params.schema_at(["measure", "device"])
     assert f"^{layout.DEVICE_LABEL.pattern}$" == measure["pattern"]
     for name in ("cpu-a.parquet", "x||touch MARKER||.parquet", "A B.parquet", "-x.parquet"):
         (tmp_path / name).write_bytes(b"")

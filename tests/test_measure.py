@@ -3,6 +3,7 @@ the per-arch runner. GPU tests are marked `gpu` and skip without CUDA (`pytest -
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import os
@@ -49,7 +50,7 @@ from hwgptbench.meters.latency import (
     median_ci_ranks,
 )
 from hwgptbench.meters.memory import cpu_memory, cuda_memory, tensor_bytes
-from hwgptbench.meters.runner import Settings, conditions_from_params, measure_arch
+from hwgptbench.meters.runner import Settings, condition_grid, measure_arch
 from hwgptbench.model import GPT, GPTConfig, SuperGPT
 from hwgptbench.space import SearchSpace
 
@@ -71,8 +72,8 @@ ROW_COLUMNS = [
     "energy_source", "energy_reason", "memory_weights_mb", "memory_peak_mb",
     "memory_activations_mb", "memory_reason",
 ]
-FAST = Settings(threads=2, warmup=2, min_repeats=10, max_repeats=40, max_seconds=1.0,
-                energy_seconds=0.2)
+FAST = Settings(threads=2, warmup=2, min_repeats=10, max_repeats=40, target_rel_ci=0.02,
+                max_seconds=1.0, energy_seconds=0.2, memory=True, seed=0, estimator="median")
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -155,7 +156,7 @@ def test_estimators_pick_their_series() -> None:
     with pytest.raises(ValueError, match="estimator 'mean'"):
         latency_stats(wall, cpu, "mean")
     with pytest.raises(ValueError, match="one intra-op thread"):
-        Settings(threads=2, estimator="cpu_median")
+        dataclasses.replace(FAST, estimator="cpu_median")  # FAST has 2 threads
 
 
 def test_latency_of_a_forward_on_cpu(tiny_supernet: SuperGPT) -> None:
@@ -432,17 +433,22 @@ def test_resolve_label() -> None:
 # runner
 
 
-def test_conditions_from_params() -> None:
-    section = {"batch_size": [1, 8], "seq_len": [64], "dtype": ["fp32", "bf16"],
-               "launch": ["eager", "cuda_graph"]}
-    conditions = conditions_from_params(section, CPU)
+def test_condition_grid() -> None:
+    from hwgptbench.params import ParamsError, section_of
+    from hwgptbench.settings.sections import MeasureSettings
+
+    grid = ([1, 8], [64], ["fp32", "bf16"], ["eager", "cuda_graph"])
+    conditions = condition_grid(*grid, CPU)
     assert conditions == [Condition(b, 64, d, "eager") for b in (1, 8) for d in ("fp32", "bf16")]
-    on_cuda = conditions_from_params(section, torch.device("cuda"))
+    on_cuda = condition_grid(*grid, torch.device("cuda"))
     assert len(on_cuda) == 8 and Condition(8, 64, "bf16", "cuda_graph") in on_cuda
-    with pytest.raises(ValueError, match="dtype"):
-        conditions_from_params({**section, "dtype": ["fp8"]}, CPU)
-    with pytest.raises(ValueError, match="seq_len"):
-        conditions_from_params({**section, "seq_len": 64}, CPU)
+    with pytest.raises(ValueError, match="no launch mode runs on cpu"):
+        condition_grid([1], [64], ["fp32"], ["cuda_graph"], CPU)
+    # the grid's lists are a params section's, which refuses what no condition holds
+    with pytest.raises(ParamsError, match="measure.dtypes"):
+        section_of(MeasureSettings, {"dtypes": ["fp8"]})
+    with pytest.raises(ParamsError, match="measure.seq_lens"):
+        section_of(MeasureSettings, {"seq_lens": 64})
 
 
 def test_interleaved_latency_times_every_callable_equally() -> None:
@@ -572,9 +578,8 @@ def test_measure_arch_rows_on_cuda() -> None:
     device = torch.device("cuda")
     arch = TINY.sample(1, seed=0)[0]
     with open_energy_meter(device) as meter:
-        for condition in conditions_from_params({"batch_size": [4], "seq_len": [128],
-                                                 "dtype": ["fp32", "bf16"],
-                                                 "launch": ["eager", "cuda_graph"]}, device):
+        for condition in condition_grid([4], [128], ["fp32", "bf16"], ["eager", "cuda_graph"],
+                                        device):
             row = measure_arch(TINY, arch, VOCAB, condition, device, meter, FAST)
             assert list(row) == ROW_COLUMNS and row["status"] == "ok", row
             assert row["memory_peak_mb"] > row["memory_weights_mb"] > 0

@@ -3,7 +3,6 @@ arch's out-of-memory error, and shards that resume after an interrupted group.""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from hwgptbench.measure import stage as measurements
 from hwgptbench.meters import runner
 from hwgptbench.meters.condition import Condition
 from hwgptbench.meters.latency import cuda_graph_callable
+from hwgptbench.params import section_of
 from hwgptbench.settings.sections import MeasureSettings
 from hwgptbench.space import SearchSpace
 
@@ -38,13 +38,14 @@ FAST = {"warmup": 1, "min_repeats": 5, "max_repeats": 10, "target_rel_ci": 0.05,
 
 def _section(**overrides: Any) -> MeasureSettings:
     doc = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["measure"]
-    return MeasureSettings.of(doc | FAST | no_contention_wait(doc) | overrides)
+    return section_of(MeasureSettings, doc | FAST | no_contention_wait(doc) | overrides)
 
 
 def _without_contention_visits(section: MeasureSettings) -> MeasureSettings:
     """No visit times a contended row again: a row timed again carries that visit's samples
     and group factor, not its group's (the visits are tests/test_contention.py's)."""
-    return replace(section, contention=replace(section.contention, retries=0))
+    return section.model_copy(
+        update={"contention": section.contention.model_copy(update={"retries": 0})})
 
 
 def _budget_for(n_models: int) -> float:

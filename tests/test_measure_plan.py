@@ -24,6 +24,7 @@ from hwgptbench.campaign.plan import (
     tokenizer_vocab_size,
 )
 from hwgptbench.cli import main
+from hwgptbench.params import section_of
 from hwgptbench.settings.sections import ClusterSettings, DataSettings, MeasureSettings
 from hwgptbench.space import SearchSpace
 
@@ -51,13 +52,13 @@ def test_overlay_merges_mappings_and_replaces_lists() -> None:
 
 
 def test_paper_overlay_plans_every_scale_and_device_within_memory(paper: dict) -> None:
-    measure = MeasureSettings.of(paper["measure"])
-    devices = cluster_memory(ClusterSettings.of(paper["cluster"]), measure.aliases)
+    measure = section_of(MeasureSettings, paper["measure"])
+    devices = cluster_memory(section_of(ClusterSettings, paper["cluster"]), measure.aliases)
     assert set(devices) == set(paper["cluster"]["devices"])  # every device states its memory
     assert not devices["cpu-epyc-7502"].gpu and devices["a100"].gpu
     spaces = [SearchSpace.from_dict(scale, paper["spaces"][scale])
               for scale in paper["workflow"]["scales"]]
-    vocab = tokenizer_vocab_size(DataSettings.of(paper["data"]).tokenizer)
+    vocab = tokenizer_vocab_size(section_of(DataSettings, paper["data"]).tokenizer)
     assert vocab == 50304
     plans = plan_scales(spaces, measure, paper["sample"]["n_archs"] + 2, vocab, devices)
     print(format_table(plans))
@@ -74,7 +75,7 @@ def test_paper_overlay_plans_every_scale_and_device_within_memory(paper: dict) -
 def test_device_with_too_little_memory_is_refused(paper: dict) -> None:
     space = SearchSpace.from_dict("s", paper["spaces"]["s"])
     with pytest.raises(MemoryPlanError) as error:
-        check_fits(space, MeasureSettings.of(paper["measure"]), 50304, "rtx2080",
+        check_fits(space, section_of(MeasureSettings, paper["measure"]), 50304, "rtx2080",
                    DeviceMemory(4 * GB, True))
     message = str(error.value)
     for part in ("scale s", "device rtx2080", "4.8 GiB at b8-t1024-fp32", "4.0 GiB",
@@ -87,12 +88,12 @@ def test_budget_and_stand_in_shard() -> None:
     space = SearchSpace.from_dict("tiny", config["spaces"]["tiny"])
     shard = stand_in_shard(space, 40)
     assert len(shard) == len(set(shard)) == 40 and shard[0] == space.largest()
-    section = MeasureSettings.of({**config["measure"], "memory_budget_gb": 0.001})
+    section = section_of(MeasureSettings, {**config["measure"], "memory_budget_gb": 0.001})
     plan = plan_memory(space, section, 102, 4096, "here", DeviceMemory(8 * GB, False))
     assert plan.budget == int(0.001 * GB)
     # the budget holds one arch and no anchor besides it: a group per arch
     assert plan.groups == 102 and plan.group_size == 1
-    roomy = plan_memory(space, MeasureSettings.of(config["measure"]), 102, 4096, "here",
+    roomy = plan_memory(space, section_of(MeasureSettings, config["measure"]), 102, 4096, "here",
                         DeviceMemory(8 * GB, False))
     assert roomy.groups == 1 and roomy.group_size == 102 and roomy.peak < roomy.budget
 
@@ -100,7 +101,7 @@ def test_budget_and_stand_in_shard() -> None:
 def test_a_peak_over_the_budget_is_marked_and_named_with_its_fix() -> None:
     config = params.load(PARAMS)
     space = SearchSpace.from_dict("tiny", config["spaces"]["tiny"])
-    section = MeasureSettings.of({**config["measure"], "memory_budget_gb": 0.001})
+    section = section_of(MeasureSettings, {**config["measure"], "memory_budget_gb": 0.001})
     plan = plan_memory(space, section, 102, 4096, "here", DeviceMemory(8 * GB, False))
     assert plan.peak > plan.budget and plan.over_budget == plan.peak_groups == 102
     assert plan.row()[COLUMNS.index("planned peak GB")].endswith(" *")
@@ -111,7 +112,7 @@ def test_a_peak_over_the_budget_is_marked_and_named_with_its_fix() -> None:
                  "measure.batch_sizes"):
         assert part in warning, warning
     assert format_table([plan]).splitlines()[-1].startswith("* planned peak over budget_gb")
-    roomy = plan_memory(space, MeasureSettings.of(config["measure"]), 102, 4096, "here",
+    roomy = plan_memory(space, section_of(MeasureSettings, config["measure"]), 102, 4096, "here",
                         DeviceMemory(8 * GB, False))
     assert roomy.over_budget_warning() is None and not roomy.row()[7].endswith("*")
     assert len(format_table([roomy]).splitlines()) == 2

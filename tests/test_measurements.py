@@ -16,6 +16,7 @@ from hwgptbench.measure import stage as measurements
 from hwgptbench.meters.device import default_device, fingerprint
 from hwgptbench.meters.host import auto_label
 from hwgptbench.metrics import KEY
+from hwgptbench.params import section_of
 from hwgptbench.settings.sections import MeasureSettings
 from hwgptbench.space import SearchSpace
 
@@ -33,7 +34,7 @@ def _section(**overrides: object) -> MeasureSettings:
     doc.update(FAST)
     doc.update(no_contention_wait(doc), batch_sizes=[1, 2], seq_lens=[16], dtypes=["fp32"])
     doc.update(overrides)
-    return MeasureSettings.of(doc)
+    return section_of(MeasureSettings, doc)
 
 
 def test_parse_shard() -> None:

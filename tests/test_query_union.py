@@ -19,6 +19,7 @@ import pytest
 from conftest import REPO_ROOT, surrogate_settings
 from hwgptbench import cli, layout, published
 from hwgptbench.api import Benchmark
+from hwgptbench.params import section_of
 from hwgptbench.predictors import fitting
 from hwgptbench.predictors.features import analytic_counts
 from hwgptbench.settings.sections import TransferSettings
@@ -74,7 +75,7 @@ def local_results(root: Path, published_s: Path, space: SearchSpace) -> pl.DataF
     for metric in ("perplexity", "accuracy"):
         fitting.fit_perplexity(settings, space, vocab, perplexity,
                                Path(layout.surrogates("s", str(root))) / metric, metric=metric)
-    base = TransferSettings.of({**_params()["transfer"], **TRANSFER})
+    base = section_of(TransferSettings, {**_params()["transfer"], **TRANSFER})
     adapt_device(base, space, vocab, measured, device_table(space, ADAPTED, 20.0, 12, seed=1),
                  ADAPTED, 8, layout.adapted("s", str(root)))
     return measured
@@ -210,7 +211,7 @@ def test_a_device_adapted_under_a_shipped_label_never_answers_for_it(
     root = tmp_path / "results"
     shutil.copytree(published_s / "published", root / "published")
     space = published.space("s")
-    base = TransferSettings.of({**_params()["transfer"], **TRANSFER})
+    base = section_of(TransferSettings, {**_params()["transfer"], **TRANSFER})
     shipped_cpu = published.device_tables("s")[CPU]
     adapt_device(base, space, published.vocab_size("s"), device_table(space, GPU, 1.0),
                  device_table(space, CPU, 20_000.0, 12, seed=1), CPU, 8,

@@ -26,6 +26,7 @@ from hwgptbench.meters.device import fingerprint
 from hwgptbench.meters.host import auto_label
 from hwgptbench.meters.latency import measure_latency
 from hwgptbench.meters.runner import Settings, build_model
+from hwgptbench.params import section_of
 from hwgptbench.predictors import fitting as surrogates
 from hwgptbench.runtime import stage as runtime
 from hwgptbench.runtime.breakdown import MODULE_CLASSES, OTHER, profile_breakdown
@@ -54,7 +55,7 @@ FAST = {"n_archs": 4, "batch_size": 1, "seq_len": 16, "gen_len": 8,
 
 def test_default_ids_are_unchanged_and_every_id_round_trips() -> None:
     assert Condition(1, 128, "fp32").id == "b1-t128-fp32-eager"
-    conditions = runtime_conditions(RuntimeSettings.of(FAST), CPU)
+    conditions = runtime_conditions(section_of(RuntimeSettings, FAST), CPU)
     assert len({c.id for c in conditions}) == len(conditions) == 6 + 2 * 3 + 2 + 1
     for condition in conditions:
         assert Condition.from_id(condition.id) == condition
@@ -149,7 +150,9 @@ def test_breakdown_attributes_the_profiled_step_to_modules(workload: str) -> Non
 
 
 def test_decode_latency_per_token_grows_with_layers() -> None:
-    settings = Settings(threads=2, warmup=2, min_repeats=10, max_repeats=40, max_seconds=0.5)
+    settings = Settings(threads=2, warmup=2, min_repeats=10, max_repeats=40, target_rel_ci=0.02,
+                        max_seconds=0.5, energy_seconds=3.0, memory=True, seed=0,
+                        estimator="median")
     condition = Condition(1, 16, "fp32", workload="decode", gen_len=8)
     built = {n: build_workload(SPACE, Arch(48, n, (3,) * n, (4,) * n, True), VOCAB, condition,
                                CPU, 0) for n in (1, 4)}
@@ -167,14 +170,14 @@ def test_decode_latency_per_token_grows_with_layers() -> None:
 def measured() -> runtime.RuntimeTables:
     archs = SPACE.sample(12, seed=3)
     aliases = {"cpu-test": auto_label(fingerprint(1, CPU))}
-    return runtime.measure_runtime(RuntimeSettings.of(FAST), 1, SPACE, archs, VOCAB, "cpu-test",
-                                   aliases)
+    return runtime.measure_runtime(section_of(RuntimeSettings, FAST), 1, SPACE, archs, VOCAB,
+                                   "cpu-test", aliases)
 
 
 def test_runtime_table_has_every_condition_with_reasons(
         measured: runtime.RuntimeTables) -> None:
     table = measured.runtime
-    conditions = {c.id for c in runtime_conditions(RuntimeSettings.of(FAST), CPU)}
+    conditions = {c.id for c in runtime_conditions(section_of(RuntimeSettings, FAST), CPU)}
     assert set(table["condition"]) == conditions
     assert table.group_by("condition").len()["len"].unique().to_list() == [FAST["n_archs"]]
     unsupported = table.filter(pl.col("status") != "ok")
@@ -229,7 +232,7 @@ def test_parallel_rows_and_collectives_join_the_runtime_tables(tmp_path: Path) -
                       "serving": {"n_archs": 0, "batch_sizes": [1]},
                       "parallel": FAST["parallel"] | {"n_archs": 1}}
     aliases = {"cpu-test": auto_label(fingerprint(2, CPU))}
-    tables = runtime.measure_runtime(RuntimeSettings.of(section), 2, SPACE,
+    tables = runtime.measure_runtime(section_of(RuntimeSettings, section), 2, SPACE,
                                      SPACE.sample(4, seed=3), VOCAB, "cpu-test", aliases)
     parallel, breakdown = tables.parallel, tables.breakdown
     assert tables.serving.is_empty()

@@ -47,7 +47,9 @@ def _alone(condition: Condition, arch_id: str, queue: mp.Queue[float]) -> None:
 def test_runtime_memory_is_that_of_the_workload_alone(workload: str) -> None:
     archs = [S.largest(), *S.sample(3, seed=0)]
     condition = Condition(4, 512, "bf16", workload=workload)
-    settings = Settings(threads=1, warmup=1, min_repeats=3, max_repeats=6, max_seconds=0.5)
+    settings = Settings(threads=1, warmup=1, min_repeats=3, max_repeats=6, target_rel_ci=0.02,
+                        max_seconds=0.5, energy_seconds=3.0, memory=True, seed=0,
+                        estimator="median")
     rows = measure_condition(S, archs, VOCAB, condition, CUDA, settings)
     ctx = mp.get_context("spawn")
     for arch, row in zip(archs, rows, strict=True):  # the first workload of the process too

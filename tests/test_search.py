@@ -20,7 +20,7 @@ from hwgptbench.moo.reference import compute_reference
 from hwgptbench.moo.runner import run
 from hwgptbench.moo.summary import attainment, final_runs, metrics_document, summarize
 from hwgptbench.search_algorithms import IterativeOptions, NSGA2Options
-from hwgptbench.settings.sections import SearchOptions
+from hwgptbench.settings.sections import AllOptions
 from hwgptbench.space import Arch, SearchSpace
 
 SPACE = SearchSpace.from_dict("tiny", {
@@ -211,8 +211,8 @@ def test_iterative_search_beats_random_search_at_equal_budget(problem: AnalyticP
     search's (the analytic problem is smooth in the genes, so a surrogate can learn it; 3
     seeds were within noise of each other)."""
     final = {algorithm: np.mean([run(problem, reference, algorithm, budget=40, seed=seed,
-                                     options=SearchOptions({"iterative": IterativeOptions(
-                                         initial=10, per_round=5)}))["hypervolume"][-1]
+                                     options=AllOptions(iterative=IterativeOptions(
+                                         initial=10, per_round=5)))["hypervolume"][-1]
                                  for seed in range(8)])
              for algorithm in ("rs", "iterative")}
     assert final["iterative"] > final["rs"]
@@ -242,6 +242,6 @@ def test_nsga2_restarts_when_no_offspring_is_new() -> None:
     problem = AnalyticProblem(space=small, fidelities=[])
     reference = compute_reference(problem, 1_000, seed=0)[0]
     table = run(problem, reference, "nsga2", budget=30, seed=0,
-                options=SearchOptions({"nsga2": NSGA2Options(population_size=4)}))
+                options=AllOptions(nsga2=NSGA2Options(population_size=4)))
     assert table.height == 30
     assert set(table["arch_id"]) == {a.id for a in small.sample(small.size(), 0)}

@@ -15,7 +15,7 @@ from hwgptbench.moo.genome import Genome
 from hwgptbench.moo.hypervolume import hypervolume, pareto_mask
 from hwgptbench.moo.reference import Reference
 from hwgptbench.search_algorithms import BOOptions
-from hwgptbench.settings.sections import SearchOptions
+from hwgptbench.settings.sections import AllOptions
 from hwgptbench.space import Arch, SearchSpace
 
 METHODS = ["rsbo", "lsbo", "ehvi"]
@@ -70,7 +70,7 @@ def reference(problem: AnalyticProblem) -> Reference:
 def search(problem: AnalyticProblem, method: str, budget: int, seed: int = 0,
            options: BOOptions | None = None):
     return runner.run(problem, reference(problem), method, budget, seed,
-                      SearchOptions({"bo": OPTIONS if options is None else options}))
+                      AllOptions(bo=OPTIONS if options is None else options))
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -1,104 +1,123 @@
-"""Typed settings: every section dataclass matches the params schema field for field, builds
-from params.yaml and its overlays, and names the field a value does not fit."""
+"""The params models: their defaults are params.yaml's values, params.yaml and every overlay
+build them, each field has a one-line description that the generated reference prints, a
+value that does not fit is named with its field, and library code reads params through the
+models only (no second set of defaults: the timing settings of the meters take every value)."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
-import typing
-from pathlib import Path
-from typing import Any
+import subprocess
+import sys
 
+import pydantic
 import pytest
 import yaml
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, run
 from hwgptbench import params
-from hwgptbench.settings.build import SettingsError, build
-from hwgptbench.settings.sections import (
-    ClusterSettings,
-    DataSettings,
-    MeasureSettings,
-    PerplexitySettings,
-    RuntimeSettings,
-    SampleSettings,
-    SearchSettings,
-    SectionSettings,
-    SupernetSettings,
-    SurrogateSettings,
-    TransferSettings,
-    WorkflowSettings,
-)
+from hwgptbench.meters.runner import Settings
+from hwgptbench.settings.document import Params
+from hwgptbench.settings.sections import MeasureSettings, RuntimeSettings, SampleSettings
 
-SECTIONS = [WorkflowSettings, DataSettings, SupernetSettings, SampleSettings, PerplexitySettings,
-            MeasureSettings, RuntimeSettings, SurrogateSettings, TransferSettings, SearchSettings,
-            ClusterSettings]
-SCHEMA = yaml.safe_load((REPO_ROOT / "src/hwgptbench/schemas/params.schema.yaml").read_text())
+OVERLAYS = sorted(str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "params").glob("*.yaml"))
 
 
-def _resolved(node: dict[str, Any]) -> dict[str, Any]:
-    while "$ref" in node:
-        node = SCHEMA["$defs"][node["$ref"].rsplit("/", 1)[1]]
-    return node
+def test_the_defaults_are_params_yaml() -> None:
+    """One source of defaults: params.yaml holds the models' defaults, value for value."""
+    from_file = params.load_typed([REPO_ROOT / "params.yaml"])
+    assert from_file == Params()
+    for section in params.SECTIONS:
+        assert getattr(from_file, section) == getattr(Params(), section), section
 
 
-def _mismatches(cls: type, node: dict[str, Any], where: str) -> list[str]:
-    """Fields of ``cls`` (recursively) that the schema node lacks, and the other way round."""
-    node = _resolved(node)
-    if node.get("type") != "object" or "properties" not in node:
-        return []  # a free-form mapping (lightgbm's parameters, device aliases)
-    fields = {f.name for f in dataclasses.fields(cls)}
-    found = [f"{where}.{n}: in the schema, not in {cls.__name__}"
-             for n in sorted(set(node["properties"]) - fields)]
-    found += [f"{where}.{n}: in {cls.__name__}, not in the schema"
-              for n in sorted(fields - set(node["properties"]))]
-    hints = typing.get_type_hints(cls)
-    for name in fields & set(node["properties"]):
-        kind = hints[name]
-        if dataclasses.is_dataclass(kind):
-            found += _mismatches(kind, node["properties"][name], f"{where}.{name}")
-    return found
-
-
-@pytest.mark.parametrize("cls", SECTIONS, ids=lambda c: c.SECTION)
-def test_each_settings_type_is_its_schema_section(cls: type[SectionSettings]) -> None:
-    assert _mismatches(cls, SCHEMA["properties"][cls.SECTION], cls.SECTION) == []
-
-
-@pytest.mark.parametrize("path", ["params.yaml", *sorted(
-    str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "params").glob("*.yaml"))])
+@pytest.mark.parametrize("path", ["params.yaml", *OVERLAYS])
 def test_the_params_files_build(path: str) -> None:
-    """params.yaml, and each overlay merged over it, builds every typed section."""
-    doc = params.load_overlaid(REPO_ROOT / "params.yaml",
-                               [] if path == "params.yaml" else [REPO_ROOT / path])
-    for cls in SECTIONS:
-        settings = cls.of(doc[cls.SECTION])
-        assert dataclasses.is_dataclass(settings) and settings.SECTION == cls.SECTION
-    measure = MeasureSettings.of(doc["measure"])
-    assert isinstance(measure.batch_sizes, tuple) and all(
-        isinstance(b, int) for b in measure.batch_sizes)
+    """params.yaml, and each overlay merged over it, builds every typed section, frozen."""
+    files = [REPO_ROOT / "params.yaml"] + ([] if path == "params.yaml" else [REPO_ROOT / path])
+    typed = params.load_typed(files)
+    assert isinstance(typed.measure.batch_sizes, tuple)
+    assert all(isinstance(b, int) for b in typed.measure.batch_sizes)
+    with pytest.raises(pydantic.ValidationError):
+        typed.measure.threads = 2  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        measure.threads = 2  # type: ignore[misc]
+        typed.supernet.steps = 2  # type: ignore[misc]
 
 
-def test_a_value_that_does_not_fit_names_its_field(tmp_path: Path) -> None:
+def _leaves(node: dict, path: str) -> list[tuple[str, dict]]:
+    node = params.schema_at_node(node)
+    if "anyOf" in node and any("$ref" in b for b in node["anyOf"]):
+        node = params.schema_at_node(next(b for b in node["anyOf"] if "$ref" in b))
+    if "properties" in node:
+        return [leaf for name, child in node["properties"].items()
+                for leaf in _leaves(child, f"{path}.{name}")]
+    return [(path, node)]
+
+
+def test_every_field_has_a_one_line_description() -> None:
+    """The reference is generated from the models: each leaf field says what it is, in one
+    line (the search condition's fields are those of meters.condition.Condition, described
+    in docs/measure.md)."""
+    leaves = [leaf for section, node in params.schema()["properties"].items()
+              for leaf in _leaves(node, section) if not leaf[0].startswith(
+                  ("search.condition.", "paper.search.condition."))]
+    assert len(leaves) > 200
+    missing = [path for path, node in leaves if not node.get("description")]
+    assert not missing, missing
+    assert all("\n" not in node["description"] for _, node in leaves)
+
+
+def test_the_reference_is_current() -> None:
+    """docs/params.md is `hwgptbench params --describe`'s output: the docs cannot drift."""
+    result = run(["hwgptbench", "params", "--check", "docs/params.md"], REPO_ROOT, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "`measure.min_repeats` | integer >= 3" in (REPO_ROOT / "docs/params.md").read_text()
+
+
+def test_a_value_that_does_not_fit_names_its_field() -> None:
     doc = params.load(REPO_ROOT / "params.yaml")
     runtime = doc["runtime"]
-    with pytest.raises(SettingsError, match=r"runtime\.parallel\.modes\[0\]: 'zero9' is not one"):
-        RuntimeSettings.of(runtime | {"parallel": runtime["parallel"] | {"modes": ["zero9"]}})
-    with pytest.raises(SettingsError, match=r"measure\.threads: expected int, got 'two'"):
-        MeasureSettings.of(doc["measure"] | {"threads": "two"})
-    with pytest.raises(SettingsError, match=r"sample\.n_arch: not a setting of SampleSettings"):
-        SampleSettings.of({"n_arch": 3, "seed": 0})
-    with pytest.raises(SettingsError, match=r"sample\.seed: missing"):
-        build(SampleSettings, {"n_archs": 3})
-    assert SurrogateSettings.of(doc["surrogate"]).workers is None  # the default of an optional
+    with pytest.raises(params.ParamsError, match=r"runtime\.parallel\.modes\.0: 'zero9' is not "
+                                                 r"allowed; allowed: one of 'none'"):
+        params.section_of(RuntimeSettings,
+                          runtime | {"parallel": runtime["parallel"] | {"modes": ["zero9"]}})
+    with pytest.raises(params.ParamsError, match=r"measure\.threads: 'two' is not allowed; "
+                                                 r"allowed: integer >= 1, <= 1024"):
+        params.section_of(MeasureSettings, doc["measure"] | {"threads": "two"})
+    with pytest.raises(params.ParamsError, match=r"sample: unknown key\(s\) 'n_arch'; allowed "
+                                                 r"keys: n_archs, seed"):
+        params.section_of(SampleSettings, {"n_arch": 3, "seed": 0})
+    left_out = params.section_of(SampleSettings, {"n_archs": 3})
+    assert left_out.seed == 4321  # a field left out: its default
+    assert params.typed(doc).surrogate.workers is None  # the default of an optional
 
 
-# where params may be read by string key: the settings types, the params module, the command
-# line and each stage's subcommands (which build the settings)
-# the params document is checked as a whole there, before its settings types are built
-BOUNDARY = ("settings/", "params.py", "workflow_checks.py", "options.py", "cli.py", "commands.py")
+def test_the_meters_take_every_timing_value() -> None:
+    """meters.runner.Settings (torch and numpy only: it runs where pydantic is not installed)
+    has no defaults of its own for what params set; the measure stage fills each from the
+    measure model."""
+    from hwgptbench.campaign.shard import measure_settings
+
+    defaults = {f.name for f in dataclasses.fields(Settings)
+                if f.default is not dataclasses.MISSING}
+    assert defaults == {"latency", "deadline"}
+    built = measure_settings(MeasureSettings())
+    assert (built.warmup, built.min_repeats, built.max_repeats, built.max_seconds,
+            built.estimator) == (3, 8, 300, 0.3, "min")
+
+
+def test_params_files_do_not_import_the_models_into_the_meters() -> None:
+    """The GPU machine has torch and numpy only: the meters import no pydantic."""
+    code = ("import sys, hwgptbench.meters.runner, hwgptbench.meters.latency; "
+            "print(any(m.startswith('pydantic') for m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "False"
+
+
+# where params may be read by string key: the params models and their loader (every command,
+# the workflow checks and the command line take the typed models)
+BOUNDARY = ("settings/", "params.py")
 # params section names that are also data fields: the perplexity column of tables, the
 # transfer entry of a surrogate's metadata; read as a section only through these names
 DATA_KEYS = {"perplexity", "transfer"}
@@ -135,10 +154,9 @@ def test_library_code_reads_params_through_settings_types_only() -> None:
     with its file and line."""
     package = REPO_ROOT / "src" / "hwgptbench"
     found = [f"{path.relative_to(package)}:{line}: reads params section {key!r} by string key; "
-             "take its settings type (hwgptbench.settings), built at the command boundary"
+             "take its typed model (hwgptbench.settings), loaded at the command boundary"
              for path in sorted(package.rglob("*.py"))
              if not str(path.relative_to(package)).startswith(BOUNDARY)
-             and path.name != "commands.py"
              for line, key in params_reads(path.read_text(encoding="utf-8"))]
     assert not found, "\n".join(found)
     # the check finds such reads

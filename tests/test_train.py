@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import polars as pl
@@ -12,8 +12,8 @@ import torch
 
 from hwgptbench.io import TorchFileError
 from hwgptbench.outputs import MARKER
-from hwgptbench.params import ParamsError
-from hwgptbench.settings.sections import TrainingSettings
+from hwgptbench.params import ParamsError, section_of
+from hwgptbench.settings.sections import SupernetSettings, TrainingSettings
 from hwgptbench.space import SearchSpace
 from hwgptbench.tokens.shards import TokenShards
 from hwgptbench.training import train
@@ -166,4 +166,5 @@ def test_a_supernet_file_is_read_as_data_only(tmp_path: Path) -> None:
 def test_config_checks_snapshots_against_steps(snapshots: tuple[int, ...], message: str
                                                ) -> None:
     with pytest.raises(ParamsError, match=message):
-        replace(CONFIG, snapshots=snapshots)
+        section_of(SupernetSettings, asdict(CONFIG) | {"betas": list(CONFIG.betas),
+                                              "snapshots": list(snapshots)})

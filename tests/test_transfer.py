@@ -4,7 +4,6 @@ errors, `hwgptbench adapt` + queries on the new device, and the rule and figure 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import get_args
 
@@ -19,6 +18,7 @@ from hwgptbench.adaptation.methods import METHODS, make_method, method_from_stat
 from hwgptbench.adaptation.sources import condition_features, cross_fitted
 from hwgptbench.adaptation.targets import Profiles, TransferError, long_table
 from hwgptbench.figures.transfer import shipped_targets, transfer_quality, transfer_table
+from hwgptbench.params import section_of
 from hwgptbench.predictors.features import analytic_counts
 from hwgptbench.predictors.quality import fold_indices
 from hwgptbench.settings.sections import TransferMethod, TransferSettings
@@ -49,7 +49,7 @@ TARGETS = [("cpu-a-1t", "CPU A", 1, 128, "fp32", 0.10, 8.0, 0.5),
            ("cpu-a-2t", "CPU A", 1, 128, "fp32", 0.15, 4.5, 0.4),
            ("cpu-a-2t", "CPU A", 4, 32, "fp32", 0.15, 4.0, 0.4),
            ("gpu-b", "GPU B", 1, 128, "fp32", 0.30, 0.2, 0.05)]
-SECTION = TransferSettings.of({
+SECTION = section_of(TransferSettings, {
     **CONFIG["transfer"], "metrics": ["latency_ms"], "ks": [2, 10], "seeds": 2, "min_test": 10,
     "folds": 3, "source_model": {"num_iterations": 60, "num_leaves": 7, "min_data_in_leaf": 3}})
 
@@ -460,10 +460,10 @@ def test_every_method_predicts_the_same_from_its_saved_state(
 
 
 def test_the_params_name_exactly_the_package_methods() -> None:
-    """params.schema.yaml's transfer_method and TransferSettings' Literal list METHODS."""
-    schema = yaml.safe_load((REPO_ROOT / "src/hwgptbench/schemas/params.schema.yaml"
-                             ).read_text())
-    assert schema["$defs"]["transfer_method"]["enum"] == list(METHODS)
+    """The params schema's transfer.method and transfer.methods and TransferSettings' Literal
+    list METHODS."""
+    assert params.schema_at(["transfer", "method"])["enum"] == list(METHODS)
+    assert params.schema_at(["transfer", "methods", 0])["enum"] == list(METHODS)
     assert get_args(TransferMethod) == METHODS
 
 
@@ -476,7 +476,8 @@ def test_a_target_with_fewer_archs_than_folds_is_skipped_with_the_reason(
                  & (pl.col("seq_len") == seq) & (pl.col("dtype") == "fp32"))
     keep = measurements.filter(is_target)["arch_id"].head(2).to_list()
     thin = measurements.filter(~is_target | pl.col("arch_id").is_in(keep))
-    quality = evaluate(thin, SPACE, VOCAB, replace(SECTION, ks=(2,), hold_out=("target",)))
+    section = SECTION.model_copy(update={"ks": (2,), "hold_out": ("target",)})
+    quality = evaluate(thin, SPACE, VOCAB, section)
     skipped = quality.filter(pl.col("status") == "skipped")
     assert skipped.height == 1 and "2 measured archs, fewer than transfer.folds 3" in \
         skipped["reason"][0]

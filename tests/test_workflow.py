@@ -150,7 +150,7 @@ def test_a_change_to_anything_a_stage_ran_makes_that_stage_stale(
     shared = {"src/hwgptbench/metrics.py", "src/hwgptbench/space.py",
               "src/hwgptbench/meters/condition.py", "src/hwgptbench/model/gpt.py",
               "src/hwgptbench/search_algorithms.py", "src/hwgptbench/settings/sections.py",
-              "src/hwgptbench/schemas/params.schema.yaml", "workflow/Snakefile",
+              "src/hwgptbench/settings/document.py", "workflow/Snakefile",
               "workflow/rules/search.smk"}
     assert shared <= files, sorted(shared - files)
     assert {"measure@tiny", "surrogates@tiny", "search@tiny"} <= {

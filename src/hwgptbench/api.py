@@ -175,9 +175,10 @@ def measured_default(params_file: Path) -> str | None:
     sequence length, dtype and launch mode (None without the file)."""
     if not params_file.exists():
         return None
-    from .settings.sections import MeasureSettings  # the params schema: only with the file
+    from .params import load_section  # the params models: only with the file
+    from .settings.sections import MeasureSettings
 
-    measure = MeasureSettings.from_files([params_file])
+    measure = load_section(MeasureSettings, [params_file])
     return Condition(measure.batch_sizes[0], measure.seq_lens[0], measure.dtypes[0],
                      measure.launch[0]).id
 

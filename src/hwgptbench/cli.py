@@ -67,8 +67,25 @@ def cmd_validate(args: argparse.Namespace) -> None:
     from .workflow_checks import check_workflow
 
     paths = args.params or ["params.yaml"]
-    check_workflow(params.merge_files(paths), " + ".join(paths))
+    check_workflow(params.load_typed(paths), " + ".join(paths))
     print(f"{' + '.join(paths)}: valid")
+
+
+def cmd_params(args: argparse.Namespace) -> None:
+    """Print the params reference generated from the params models (Markdown: every field,
+    what it allows, its default and description), or their JSON schema; --check FILE fails
+    when FILE is not the current reference (docs/params.md)."""
+    from .params_reference import describe
+
+    text = json.dumps(params.schema(), indent=2) + "\n" if args.schema else describe()
+    if args.check is None:
+        sys.stdout.write(text)
+        return
+    with open(args.check, encoding="utf-8") as file:
+        if file.read() != text:
+            raise UserError(f"{args.check} is not the current params reference: regenerate it "
+                            f"with `hwgptbench params --describe > {args.check}`")
+    print(f"{args.check}: current")
 
 
 def registries(command: str | None = None) -> list[str]:
@@ -106,6 +123,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         return command
 
     add("validate", cmd_validate)
+    reference = add("params", cmd_params, params=False)
+    reference.add_argument("--describe", action="store_true",
+                           help="the Markdown reference (the default)")
+    reference.add_argument("--schema", action="store_true", help="the JSON schema instead")
+    reference.add_argument("--check", metavar="FILE", help="fail unless FILE is the current "
+                                                          "output")
     for module in registries(command):
         importlib.import_module(f"{__package__}.{module}").register(add)
     return parser

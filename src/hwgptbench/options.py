@@ -11,10 +11,14 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Callable
+from typing import TypeVar
 
 from . import layout, params
-from .settings.sections import S
+from .settings.document import Params
+from .settings.fields import Loadable
 from .space import SearchSpace
+
+S = TypeVar("S", bound=Loadable)
 
 # add(name, handler, params=True) -> the subcommand's parser
 Add = Callable[..., argparse.ArgumentParser]
@@ -27,23 +31,20 @@ def params_arg(parser: argparse.ArgumentParser) -> None:
                              "default: params.yaml")
 
 
-def load(args: argparse.Namespace, sections: list[str]) -> dict:
-    """The validated params sections a command reads."""
-    return params.merge_files(args.params or ["params.yaml"], sections)
+def load(args: argparse.Namespace, sections: list[str]) -> Params:
+    """The typed params of a command, which must hold ``sections`` (the ones it reads)."""
+    return params.load_typed(args.params or ["params.yaml"], sections)
 
 
 def load_settings(args: argparse.Namespace, cls: type[S]) -> S:
     """The validated params section of the settings type ``cls``, as ``cls``: what a command
     reads is the ``SECTION`` of each type it loads."""
-    return cls.from_files(args.params or ["params.yaml"])
+    return params.load_section(cls, args.params or ["params.yaml"])
 
 
-def space_of(config: dict, scale: str) -> SearchSpace:
+def space_of(config: Params, scale: str) -> SearchSpace:
     """The search space of ``scale`` in the params' ``spaces`` section."""
-    if scale not in config["spaces"]:
-        raise params.ParamsError(f"unknown scale '{scale}'; the params define the spaces "
-                                 f"{', '.join(config['spaces'])}")
-    return SearchSpace.from_dict(scale, config["spaces"][scale])
+    return config.space(scale).space(scale)
 
 
 def vocab_size(args: argparse.Namespace) -> int:
@@ -52,7 +53,7 @@ def vocab_size(args: argparse.Namespace) -> int:
         return int(args.vocab_size)
     from .tokens.shards import TokenShards
 
-    folder = args.data or layout.data(load(args, ["data"])["data"]["name"])
+    folder = args.data or layout.data(load(args, ["data"]).data.name)
     return TokenShards.open(folder).manifest["tokenizer"]["vocab_size"]
 
 
@@ -69,14 +70,12 @@ def one_of(module: str, registry: str) -> Callable[[str], str]:
 
 
 def params_int(*field: str) -> Callable[[str], int]:
-    """An argparse type accepting a whole number within the bounds the params schema gives
-    the field ``field`` (a path of property names; a list's bounds are its items'): a flag
-    that stands for a param is checked like the param."""
+    """An argparse type accepting a whole number within the bounds the params models give
+    the field ``field`` (a path of field names; a list's bounds are its items'): a flag that
+    stands for a param is checked like the param."""
     def check(text: str) -> int:
-        root = node = params.schema_file()
-        for name in field:
-            node = _resolved(root, node["properties"][name])
-        node = _resolved(root, node.get("items", node))
+        node = params.schema_at(field)
+        node = params.schema_at([*field, 0]) if node.get("type") == "array" else node
         low, high = node.get("minimum"), node.get("maximum")
         try:
             value = int(text)
@@ -87,17 +86,6 @@ def params_int(*field: str) -> Callable[[str], int]:
                 f"{value} is not in [{low}, {high}] (as params' {'.'.join(field)})")
         return value
     return check
-
-
-def _resolved(root: dict, node: dict) -> dict:
-    """A node of the schema ``root``, its ``$ref`` (``#/$defs/NAME``) followed."""
-    ref = node.get("$ref")
-    if ref is None:
-        return node
-    target = root
-    for part in ref.removeprefix("#/").split("/"):
-        target = target[part]
-    return {**target, **{k: v for k, v in node.items() if k != "$ref"}}
 
 
 def scale_arg(command: argparse.ArgumentParser) -> None:

@@ -1,26 +1,27 @@
-"""Loading and validation of params.yaml against the packaged JSON schema.
+"""Loading and validation of params.yaml and its overlays by the typed models of
+:mod:`hwgptbench.settings` (their fields' types, bounds, defaults and cross-field rules are
+the schema; :func:`schema` is their JSON schema).
 
-The same schema is used by the Snakefile (before any job starts) and by the CLI when a stage
-runs alone, so a bad value is rejected the same way everywhere, before anything is written.
+The Snakefile (before any job starts) and every command load params here, so a bad value is
+refused the same way everywhere, before anything is written, each problem named by its field,
+the file that set it, the value and what is allowed.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-import itertools
+import json
 import math
 import os
 from collections.abc import Sequence
-from functools import cache, lru_cache
-from importlib import resources
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import jsonschema
 import yaml
+from pydantic import ValidationError
 
-from .errors import UserError
 from .io import (
     YamlExpansionError,
     atomic_write_json,
@@ -28,106 +29,125 @@ from .io import (
     parse_yaml,
     read_outside_text,
 )
-from .metrics import PERPLEXITY, hardware_metrics
+from .settings.document import Params
+from .settings.fields import Loadable
+from .settings.problems import ParamsError, Problems
 
-SCHEMA_RESOURCE = "schemas/params.schema.yaml"
 MAX_PARAMS = 4 << 20  # bytes of a params file or overlay (params.yaml: 19 kB)
-
-
-class ParamsError(UserError, ValueError):
-    """params.yaml is missing, unreadable or does not match the schema."""
-
-
-@cache
-def schema_file() -> dict[str, Any]:
-    """The params schema file as shipped (its metric enums empty: :func:`schema` fills them)."""
-    text = resources.files("hwgptbench").joinpath(SCHEMA_RESOURCE).read_text(encoding="utf-8")
-    return parse_yaml(text)
+SECTIONS = tuple(Params.model_fields)
+S = TypeVar("S", bound=Loadable)
+__all__ = ["ParamsError"]  # raised here, defined beside the models that raise it too
 
 
 def schema() -> dict[str, Any]:
-    """The params schema shipped with the package, its metric enums those of the registry
-    (:data:`hwgptbench.metrics.METRICS`) and its search algorithms and their options those
-    declared in :mod:`hwgptbench.search_algorithms`."""
-    from .search_algorithms import ALGORITHMS, options_schemas
-
-    full = schema_file()
-    metrics = hardware_metrics()
-    defs = {**full["$defs"],
-            "hardware_metric": {**full["$defs"]["hardware_metric"], "enum": metrics},
-            "objective": {**full["$defs"]["objective"], "enum": [PERPLEXITY, *metrics]},
-            "search_algorithm": {**full["$defs"]["search_algorithm"], "enum": list(ALGORITHMS)}}
-    search = _with_options(full["properties"]["search"], options_schemas())
-    compress = full["properties"]["compress"]
-    subnets = compress["properties"]["search"]
-    subnets = _with_options(subnets, options_schemas(subnets["properties"]["algorithms"]
-                                                     ["items"]["enum"]))
-    compress = {**compress, "properties": {**compress["properties"], "search": subnets}}
-    return {**full, "$defs": defs,
-            "properties": {**full["properties"], "search": search, "compress": compress}}
+    """The JSON schema of params.yaml, generated from the models with the registries' entries
+    of now (for editors, messages and the bounds of command-line flags that stand for a
+    param)."""
+    return Params.model_json_schema()
 
 
-def _with_options(section: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
-    """A search section's schema, its ``options`` object holding these entries."""
-    filled = {**section["properties"]["options"], "properties": options}
-    return {**section, "properties": {**section["properties"], "options": filled}}
+def _field(path: Sequence[Any]) -> str:
+    return ".".join(map(str, path)) if path else "<top level>"
 
 
-def _field(path: Any) -> str:
-    parts = [str(p) for p in path]
-    return ".".join(parts) if parts else "<top level>"
+def schema_at(path: Sequence[Any]) -> dict[str, Any]:
+    """The JSON schema of the field at ``path`` (keys and list indices), ``$ref``s followed;
+    {} where the path leaves the models (a free-form mapping)."""
+    root = schema()
+    node = root
+    for part in path:
+        node = _resolved(root, node)
+        branches = [_resolved(root, b) for b in node.get("anyOf", [node])]
+        node = next((b for b in branches if b.get("type") != "null"), {})
+        if isinstance(part, str) and part in node.get("properties", {}):
+            node = node["properties"][part]
+        elif isinstance(part, int) and "prefixItems" in node:
+            node = node["prefixItems"][min(part, len(node["prefixItems"]) - 1)]
+        elif isinstance(part, int) and "items" in node:
+            node = node["items"]
+        elif _entry(node) is not None:
+            node = _entry(node)
+        else:
+            return {}
+    return _resolved(root, node)
 
 
-def _allowed(subschema: dict[str, Any]) -> str:
-    """A short description of the values a subschema accepts."""
-    if "enum" in subschema:
-        return "one of " + ", ".join(repr(v) for v in subschema["enum"])
-    kinds = subschema.get("type")
-    kinds = " or ".join(kinds) if isinstance(kinds, list) else (kinds or "value")
-    bounds = []
-    for key, sign in (("minimum", ">="), ("exclusiveMinimum", ">"),
-                      ("maximum", "<="), ("exclusiveMaximum", "<")):
-        if key in subschema:
-            bounds.append(f"{sign} {subschema[key]}")
-    if "pattern" in subschema:
-        bounds.append(f"matching {subschema['pattern']}")
-    if "minLength" in subschema:
-        bounds.append("non-empty")
-    text = kinds + (" " + ", ".join(bounds) if bounds else "")
-    if "description" in subschema:
-        text += f" ({subschema['description']})"
-    return text
+def _entry(node: dict[str, Any]) -> Any:
+    """The schema of each value of a mapping field (None: not a mapping of values)."""
+    entries = [*node.get("patternProperties", {}).values(), node.get("additionalProperties")]
+    return next((entry for entry in entries if isinstance(entry, dict)), None)
 
 
-def _extra_keys(error: jsonschema.ValidationError) -> list[Any]:
-    """The keys an ``additionalProperties`` error refuses, in a stable order."""
-    allowed = error.schema.get("properties", {})
-    return sorted(set(error.instance) - set(allowed), key=repr)  # keys of any type
+def _resolved(root: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    """node, its ``$ref`` (``#/$defs/NAME``) followed, its own keys kept over the target's."""
+    while "$ref" in node:
+        target = root["$defs"][node["$ref"].rsplit("/", 1)[1]]
+        node = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+    return node
 
 
-def _describe(error: jsonschema.ValidationError) -> str:
-    """One line naming the field, the problem and what is allowed."""
-    field = _field(error.absolute_path)
-    if error.validator == "additionalProperties":
-        allowed = sorted(error.schema.get("properties", {}))
-        return (f"{field}: unknown key(s) {', '.join(map(repr, _extra_keys(error)))}; "
-                f"allowed keys: {', '.join(allowed)}")
-    if error.validator == "required":
-        missing = error.message.split("'")[1]
-        sub = error.schema.get("properties", {}).get(missing, {})
-        return f"{field}: missing key '{missing}'; allowed: {_allowed(sub)}"
-    return f"{field}: {error.instance!r} is not allowed; allowed: {_allowed(error.schema)}"
+def schema_at_node(node: dict[str, Any]) -> dict[str, Any]:
+    """node of the params schema, its ``$ref`` followed."""
+    return _resolved(schema(), node)
 
 
-def _blamed_path(error: jsonschema.ValidationError) -> list[Any]:
-    """Where the value an error refuses sits: an unknown key's own path, a missing key's
-    path (which no file holds), else the field's."""
-    path = list(error.absolute_path)
-    if error.validator == "additionalProperties":
-        return [*path, *_extra_keys(error)[:1]]
-    if error.validator == "required":
-        return [*path, error.message.split("'")[1]]
-    return path
+def allowed(node: dict[str, Any]) -> str:
+    """A short description of the values a field's schema accepts."""
+    if "anyOf" in node:
+        text = " or ".join(allowed({k: v for k, v in branch.items() if k != "description"})
+                           for branch in node["anyOf"])
+    elif "enum" in node or "const" in node:
+        text = "one of " + ", ".join(map(repr, node.get("enum", [node.get("const")])))
+    elif node.get("type") == "array" and isinstance(node.get("items"), dict):
+        text = f"list of {allowed(schema_at_node(node['items']))}"
+        if node.get("minItems"):
+            text += f" (at least {node['minItems']})"
+        if node.get("uniqueItems"):
+            text += ", each once"
+    else:
+        text = node.get("type", "value")
+        bounds = [f"{sign} {node[key]}" for key, sign in (
+            ("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="),
+            ("exclusiveMaximum", "<")) if key in node]
+        if "pattern" in node:
+            bounds.append(f"matching {node['pattern']}")
+        if node.get("minLength") == 1:
+            bounds.append("non-empty")
+        text += f" {', '.join(bounds)}" if bounds else ""
+    return text + (f" ({node['description']})" if node.get("description") else "")
+
+
+def _problems(error: ValidationError) -> list[tuple[list[Any], str]]:
+    """(path of the value refused, one line) of each of a validation's errors; the unknown
+    keys of one mapping make one line."""
+    found: list[tuple[list[Any], str]] = []
+    unknown: dict[tuple[Any, ...], list[Any]] = {}
+    items = error.errors()
+    deeper = {tuple(item["loc"][:-1]) for item in items if len(item["loc"]) > 1}
+    for item in items:
+        path, kind = list(item["loc"]), item["type"]
+        context = item.get("ctx", {}).get("error")
+        if kind == "too_short" and tuple(path) in deeper:
+            continue  # a list whose refused item is named on its own line
+        if kind in ("extra_forbidden", "unexpected_keyword_argument"):
+            unknown.setdefault(tuple(path[:-1]), []).append(path[-1])
+        elif isinstance(context, Problems):
+            found += [([*path, *(f.split(".") if f else [])], line)
+                      for (f, _), line in zip(context.lines, context.render(_field(path)),
+                                              strict=True)]
+        elif kind == "missing":
+            found.append((path, f"{_field(path[:-1])}: missing key '{path[-1]}'; allowed: "
+                                f"{allowed(schema_at(path))}"))
+        else:
+            why = f" ({context})" if context else ""
+            found.append((path, f"{_field(path)}: {item['input']!r} is not allowed{why}; "
+                                f"allowed: {allowed(schema_at(path))}"))
+    for parent, keys in unknown.items():
+        names = sorted(schema_at(parent).get("properties", {}))
+        found.append(([*parent, keys[0]], f"{_field(parent)}: unknown key(s) "
+                                          f"{', '.join(map(repr, keys))}; allowed keys: "
+                                          f"{', '.join(names)}"))
+    return found
 
 
 # (file name, its document) of each params file merged, in merge order (:func:`merge_files`)
@@ -159,190 +179,65 @@ def _blamed(problem: str, path: Sequence[Any], sources: Sources) -> str:
     return f"{origin}: {problem}" if origin else problem
 
 
-def validate(doc: Any, sections: list[str] | None = None, source: str = "params",
-             sources: Sources = ()) -> dict[str, Any]:
-    """Validate a params document; return it unchanged or raise one :class:`ParamsError`.
-
-    ``sections`` restricts the required top-level sections (a stage that is given only its own
-    sections, e.g. a `results/.params/data.json` file, validates just those). ``sources``, the
-    files ``doc`` was merged from (:func:`merge_files`), name the file behind each bad value.
-    """
-    full = schema()
-    if sections is not None:  # a stage given the entry files it reads has only those entries
-        properties = {name: {**prop, "required": []} if name in PER_ENTRY_SECTIONS else prop
-                      for name, prop in full["properties"].items()}
-        full = {**full, "required": list(sections), "properties": properties}
-    validator = jsonschema.Draft202012Validator(full)
+def typed(doc: Any, sections: Sequence[str] | None = None, source: str = "params",
+          sources: Sources = ()) -> Params:
+    """A params document as its typed model, or one :class:`ParamsError` listing every
+    problem. ``sections``: the top-level sections it must hold (None: all; a stage given the
+    section files it reads, e.g. `results/.params/data.json`, holds just those). ``sources``,
+    the files ``doc`` was merged from (:func:`merge_files`), name the file behind each bad
+    value."""
+    if not isinstance(doc, dict):
+        raise ParamsError(f"invalid {source}: not a mapping of params sections "
+                          "(e.g. `data: {...}`)")
+    found = _unjsonable(doc) or [
+        ([name], f"<top level>: missing key '{name}'; allowed: {allowed(schema_at([name]))}")
+        for name in (SECTIONS if sections is None else sections) if name not in doc]
+    model = None
     try:
-        errors = sorted(validator.iter_errors(doc),
-                        key=lambda e: [str(p) for p in e.absolute_path])
+        model = None if _unjsonable(doc) else Params.model_validate_json(json.dumps(doc))
+    except ValidationError as error:
+        found += _problems(error)
     except RecursionError:
-        raise ParamsError(f"invalid {source}: it nests deeper than any params document") from None
-    found = [(_blamed_path(e), _describe(e)) for e in errors] + _non_finite(doc)
-    problems = ([_blamed(problem, path, sources) for path, problem in found]
-                or _cross_field_problems(doc))
-    if problems:
-        lines = "\n".join(f"  - {problem}" for problem in problems)
+        raise ParamsError(f"invalid {source}: it nests deeper than any params document"
+                          ) from None
+    if model is None or found:
+        lines = "\n".join(f"  - {_blamed(problem, path, sources)}"
+                          for path, problem in sorted(found, key=lambda p: p[1]))
         raise ParamsError(f"invalid {source}:\n{lines}\nFix these fields and run again; "
                           "nothing was written.")
+    return model
+
+
+def validate(doc: Any, sections: Sequence[str] | None = None, source: str = "params",
+             sources: Sources = ()) -> dict[str, Any]:
+    """``doc`` unchanged when :func:`typed` accepts it (Snakemake's config, the section files
+    and DVC read the document as written)."""
+    typed(doc, sections, source, sources)
     return doc
 
 
-def _non_finite(doc: Any) -> list[tuple[list[Any], str]]:
-    """The path and a line of each NaN or infinite number anywhere in doc: JSON-schema bounds
-    are false for NaN, so every bound would let it through."""
+def _unjsonable(doc: Any) -> list[tuple[list[Any], str]]:
+    """The path and a line of each value no params document holds: NaN or infinite numbers
+    (JSON has none) and keys that are not strings; walked iteratively, as a document may nest
+    deeper than the recursion limit."""
     problems = []
     stack: list[tuple[list[Any], Any]] = [([], doc)]
-    while stack:  # iteratively: a document may nest deeper than the recursion limit
+    while stack:
         path, node = stack.pop()
         if isinstance(node, float) and not math.isfinite(node):
             problems.append((path, f"{_field(path)}: {node!r} is not allowed; allowed: a finite "
                                    "number (nan and inf are refused everywhere)"))
         elif isinstance(node, dict):
+            problems += [([*path, key], f"{_field(path)}: key {key!r} is not allowed; allowed: "
+                                        "a string (quote it)")
+                         for key in node if not isinstance(key, str)]
             stack.extend(([*path, key], value) for key, value in node.items())
         elif isinstance(node, list):
             stack.extend(([*path, index], value) for index, value in enumerate(node))
-    return sorted(problems, key=lambda problem: problem[1])
-
-
-def snapshot_problems(snapshots: Sequence[int], steps: int) -> list[str]:
-    """Why ``supernet.snapshots`` does not fit ``supernet.steps`` (empty when it does)."""
-    problems = []
-    late = [s for s in snapshots if s >= steps]
-    if late:
-        problems.append(f"supernet.snapshots: {list(snapshots)!r} is not allowed; every snapshot "
-                        f"must be < supernet.steps ({steps}): drop {late} or raise "
-                        "supernet.steps")
-    if any(a >= b for a, b in itertools.pairwise(snapshots)):
-        problems.append(f"supernet.snapshots: {list(snapshots)!r} is not allowed; list distinct "
-                        f"steps in increasing order, e.g. {sorted(set(snapshots))}")
+        elif not isinstance(node, (str, int, float, type(None))):
+            problems.append((path, f"{_field(path)}: {node!r} is not allowed; allowed: a string, "
+                                   "number, boolean, list, mapping or null"))
     return problems
-
-
-def batch_problems(batch_size: int, processes: int) -> list[str]:
-    """Why ``supernet.batch_size`` cannot be split evenly over ``supernet.processes``."""
-    if batch_size % processes == 0:
-        return []
-    lower, upper = batch_size // processes * processes, -(-batch_size // processes) * processes
-    multiples = f"{lower} or {upper}" if lower else f"{upper}"
-    return [f"supernet.batch_size: {batch_size} is not divisible by supernet.processes "
-            f"({processes}); each process trains batch_size / processes sequences: set "
-            f"supernet.batch_size to a multiple of {processes} (e.g. {multiples}) or "
-            f"supernet.processes to a divisor of {batch_size}"]
-
-
-def search_problems(search: dict[str, Any], field: str = "search") -> list[str]:
-    """Why ``search.objectives`` names sets that ``search.objective_sets`` lacks (``field``:
-    where the search section is, ``paper.search`` for the paper's)."""
-    unknown = [name for name in search["objectives"] if name not in search["objective_sets"]]
-    if not unknown:
-        return []
-    return [f"{field}.objectives: {unknown} are not keys of {field}.objective_sets "
-            f"({', '.join(search['objective_sets'])}); define them there or remove them"]
-
-
-def paper_problems(paper: dict[str, Any]) -> list[str]:
-    """Why the paper's search or its external transfer cannot run as configured."""
-    problems = search_problems(paper["search"], "paper.search")
-    if "moasha" in paper["search"]["algorithms"]:
-        problems.append("paper.search.algorithms: moasha needs perplexities at several "
-                        "training steps, and the shipped tables have one per arch: remove it")
-    external = paper["external"]
-    if external["report_k"] not in external["ks"]:
-        problems.append(f"paper.external.report_k: {external['report_k']} is not one of "
-                        f"paper.external.ks {external['ks']}: add it there or choose one")
-    return problems
-
-
-def transfer_problems(transfer: dict[str, Any]) -> list[str]:
-    """Why ``transfer.report_k``, ``method`` or ``selection`` is not among what is evaluated."""
-    problems = []
-    for field, choices in (("report_k", "ks"), ("method", "methods"),
-                           ("selection", "selections")):
-        if transfer[field] not in transfer[choices]:
-            problems.append(f"transfer.{field}: {transfer[field]!r} is not one of "
-                            f"transfer.{choices} {transfer[choices]}: add it there or choose "
-                            "one of them (the report and `hwgptbench adapt` use what the "
-                            "evaluation measured)")
-    return problems
-
-
-def runtime_problems(runtime: dict[str, Any]) -> list[str]:
-    """Why ``runtime`` timing bounds contradict each other."""
-    if runtime["min_repeats"] <= runtime["max_repeats"]:
-        return []
-    return [f"runtime.min_repeats: {runtime['min_repeats']} exceeds runtime.max_repeats "
-            f"{runtime['max_repeats']}; lower it or raise max_repeats"]
-
-
-def surrogate_problems(surrogate: dict[str, Any]) -> list[str]:
-    """Why ``surrogate.default_family`` names a family that is not fitted."""
-    family, families = surrogate["default_family"], surrogate["families"]
-    if family == "best" or family in families or (family == "blend" and len(families) > 1):
-        return []
-    return [f"surrogate.default_family: {family!r} is not fitted (surrogate.families "
-            f"{families}; blend needs two or more): add it there or choose best"]
-
-
-def import_problems(doc: dict[str, Any]) -> list[str]:
-    """Why ``perplexity.source: hwgptbench`` cannot serve ``workflow.scales``."""
-    from .hwgpt_source import FILES
-
-    perplexity, workflow = doc.get("perplexity"), doc.get("workflow")
-    if not perplexity or not workflow or perplexity.get("source") != "hwgptbench":
-        return []
-    problems = []
-    other = [scale for scale in workflow["scales"] if scale not in FILES]
-    if other:
-        problems.append(f"workflow.scales: {other} have no published perplexities; with "
-                        f"perplexity.source hwgptbench the scales are among {', '.join(FILES)} "
-                        "(or set perplexity.source: supernet to train their supernets)")
-    if "moasha" in doc.get("search", {}).get("algorithms", []):
-        problems.append("search.algorithms: moasha needs perplexities at several training "
-                        "steps, and HW-GPT-Bench published one per arch: remove moasha with "
-                        "perplexity.source hwgptbench")
-    return problems
-
-
-def compress_problems(compress: dict[str, Any]) -> list[str]:
-    """Why the ``compress`` section cannot run: its space, its dense-model source, timing."""
-    from .space import SearchSpace
-
-    problems = []
-    if "space" in compress:
-        try:
-            SearchSpace.from_dict(compress.get("name", "compress"), compress["space"])
-        except ValueError as error:
-            problems.append(f"compress.space: {error}")
-    if compress.get("source") == "huggingface" and not compress.get("checkpoint"):
-        problems.append("compress.checkpoint: source huggingface needs the checkpoint directory")
-    timing = compress.get("timing")
-    if timing and timing["min_repeats"] > timing["max_repeats"]:
-        problems.append(f"compress.timing.min_repeats: {timing['min_repeats']} exceeds "
-                        f"max_repeats {timing['max_repeats']}")
-    for name in ("pretrain", "finetune"):
-        section = compress.get(name)
-        if section is None:
-            continue
-        problems += [f"compress.{name}: {problem}" for problem in
-                     snapshot_problems(section["snapshots"], section["steps"])
-                     + batch_problems(section["batch_size"], section["processes"])]
-    return problems
-
-
-def _cross_field_problems(doc: dict[str, Any]) -> list[str]:
-    """Constraints between fields that the schema cannot express, one line each."""
-    supernet, search, transfer = doc.get("supernet"), doc.get("search"), doc.get("transfer")
-    runtime, compress = doc.get("runtime"), doc.get("compress")
-    surrogate, paper = doc.get("surrogate"), doc.get("paper")
-    return ((snapshot_problems(supernet["snapshots"], supernet["steps"])
-             + batch_problems(supernet["batch_size"], supernet["processes"]))
-            if supernet else []) + (search_problems(search) if search else []) + (
-        transfer_problems(transfer) if transfer else []) + (
-        runtime_problems(runtime) if runtime else []) + (
-        surrogate_problems(surrogate) if surrogate else []) + (
-        compress_problems(compress) if compress else []) + (
-        paper_problems(paper) if paper else []) + import_problems(doc)
 
 
 @lru_cache(maxsize=32)
@@ -376,6 +271,26 @@ def _read(path: str | os.PathLike[str]) -> Any:
 def load(path: str | os.PathLike[str], sections: list[str] | None = None) -> dict[str, Any]:
     """Read a params file (YAML or JSON) and validate it."""
     return validate(_read(path), sections=sections, source=str(path))
+
+
+def load_typed(paths: Sequence[str | os.PathLike[str]], sections: Sequence[str] | None = None
+               ) -> Params:
+    """Params files merged in order (:func:`merge_files`) as the typed model: the one way
+    a command reads its params."""
+    sources = read_sources(paths)
+    return typed(merged([document for _, document in sources]), sections,
+                 " + ".join(name for name, _ in sources), sources)
+
+
+def load_section(cls: type[S], paths: Sequence[str | os.PathLike[str]]) -> S:
+    """The section of type ``cls`` of params files merged in order and validated (params.yaml
+    and overlays, or the section files the workflow writes under ``results/.params/``)."""
+    return getattr(load_typed(paths, [cls.SECTION]), cls.SECTION)
+
+
+def section_of(cls: type[S], values: Any) -> S:
+    """The section of type ``cls`` from its params mapping alone, validated as in a file."""
+    return getattr(typed({cls.SECTION: values}, [cls.SECTION]), cls.SECTION)
 
 
 # Sections whose entries are read separately (one search space per scale; the compression

@@ -1,11 +1,10 @@
 """The search algorithms, declared once: each name, where its code is (a module of
 :mod:`hwgptbench.moo.algorithms` and its function), the key of its options in
-``search.options`` and their type: a frozen dataclass whose fields hold each option's default
-and JSON schema bounds. :mod:`hwgptbench.params` builds ``search.algorithms``' choices and the
-schema of ``search.options`` (and ``compress.search.options``) from them, and the settings
-build each options entry as its type (:class:`hwgptbench.settings.sections.SearchOptions`);
-this module imports only the standard library, so that the params, at the bottom of the
-package, can read it.
+``search.options`` and their type: a params model whose fields hold each option's default,
+bounds and description. The settings build ``search.algorithms``' choices and the model of
+``search.options`` (and ``compress.search.options``) from them
+(:func:`hwgptbench.settings.sections.options_model`); this module imports only pydantic, so
+that the settings, at the bottom of the package, can read it.
 
 | name   | algorithm                                         | provided by            |
 |--------|---------------------------------------------------|------------------------|
@@ -22,88 +21,87 @@ package, can read it.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-from typing import Any, get_type_hints
+from dataclasses import dataclass
+from typing import Any
 
-# integers of the options are bounded so that a typo (1e12) is caught by the schema
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Model(BaseModel):
+    """An options type: a params model (frozen, strict, unknown keys refused), as those of
+    :mod:`hwgptbench.settings`, which read this registry."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+
+# integers of the options are bounded so that a typo (1e12) is refused with the params
 LARGEST = 10_000_000
 
 
-def option(default: Any, description: str = "", **bounds: float) -> Any:
-    """A field of an options type: its default (the only place it is written) and its JSON
-    schema bounds (``minimum``, ``maximum``, ``exclusiveMinimum``) and description."""
-    schema = {**bounds, **({"description": description} if description else {})}
-    return field(default=default, metadata={"schema": schema})
+def option(default: Any, description: str, **bounds: float) -> Any:
+    """A field of an options type: its default (the only place it is written), its bounds
+    (``ge``, ``le``, ``gt``) and description; whole numbers at most :data:`LARGEST`."""
+    if isinstance(default, int) and not isinstance(default, bool):
+        bounds.setdefault("le", LARGEST)
+    return Field(default, description=description, **bounds)  # type: ignore[call-overload]
 
 
-@dataclass(frozen=True)
-class NoOptions:
+class NoOptions(Model):
     """An algorithm without options of its own (``search.options.rs``)."""
 
 
-@dataclass(frozen=True)
-class LSOptions:
+class LSOptions(Model):
     """Pareto local search (``search.options.ls``)."""
 
-    initial: int = option(10, "uniformly sampled archs before the local search", minimum=1)
+    initial: int = option(10, "uniformly sampled archs before the local search", ge=1)
 
 
-@dataclass(frozen=True)
-class NSGA2Options:
+class NSGA2Options(Model):
     """NSGA-II (``search.options.nsga2``)."""
 
-    population_size: int = option(20, minimum=2)
-    eta: float = option(3.0, "distribution index of SBX crossover and polynomial mutation",
-                        exclusiveMinimum=0)
-    crossover_prob: float = option(0.9, minimum=0, maximum=1)
+    population_size: int = option(20, "archs per generation", ge=2)
+    eta: float = option(3.0, "distribution index of SBX crossover and polynomial mutation", gt=0)
+    crossover_prob: float = option(0.9, "probability of crossover per mating", ge=0, le=1)
 
 
-@dataclass(frozen=True)
-class MOREAOptions:
+class MOREAOptions(Model):
     """Multi-objective regularized evolution (``search.options.morea``)."""
 
-    population_size: int = option(20, minimum=2)
-    sample_size: int = option(5, minimum=1)
+    population_size: int = option(20, "archs kept alive", ge=2)
+    sample_size: int = option(5, "archs of each tournament", ge=1)
 
 
-@dataclass(frozen=True)
-class MOASHAOptions:
+class MOASHAOptions(Model):
     """MOASHA (``search.options.moasha``)."""
 
-    reduction_factor: float = option(2, exclusiveMinimum=1)
+    reduction_factor: float = option(2.0, "share of trials promoted per rung, inverted", gt=1)
 
 
-@dataclass(frozen=True)
-class BOOptions:
+class BOOptions(Model):
     """Options of rsbo, lsbo and ehvi (``search.options.bo``)."""
 
-    initial: int = option(10, "archs of the initial random design", minimum=2)
-    candidates: int = option(1000, "random archs scored by the acquisition per suggestion",
-                             minimum=1)
+    initial: int = option(10, "archs of the initial random design", ge=2)
+    candidates: int = option(1000, "random archs scored by the acquisition per suggestion", ge=1)
     neighbours: bool = option(True, "also score the one-gene neighbours of the non-dominated "
                                     "archs")
-    mc_samples: int = option(128, "quasi-MC samples of rsbo", minimum=1)
-    alpha: float = option(0.05, "augmentation of the Chebyshev scalarization (rsbo)",
-                          minimum=0)
+    mc_samples: int = option(128, "quasi-MC samples of rsbo", ge=1)
+    alpha: float = option(0.05, "augmentation of the Chebyshev scalarization (rsbo)", ge=0)
     ref_point: float = option(1.1, "EHVI reference point in scaled objectives (nadir is 1)",
-                              exclusiveMinimum=1)
-    fit_maxiter: int = option(50, "L-BFGS iterations per warm-started GP fit", minimum=1,
-                              maximum=100_000_000)
-    refit_every: int = option(1, "refit GP hyperparameters every k-th suggestion", minimum=1)
-    threads: int = option(1, "torch threads of fitting and scoring", minimum=1, maximum=1024)
+                              gt=1)
+    fit_maxiter: int = option(50, "L-BFGS iterations per warm-started GP fit", ge=1,
+                              le=100_000_000)
+    refit_every: int = option(1, "refit GP hyperparameters every k-th suggestion", ge=1)
+    threads: int = option(1, "torch threads of fitting and scoring", ge=1, le=1024)
 
 
-@dataclass(frozen=True)
-class IterativeOptions:
+class IterativeOptions(Model):
     """Surrogate-assisted NSGA-II (``search.options.iterative``, docs/search.md)."""
 
-    initial: int = option(10, "uniformly sampled archs evaluated first", minimum=2)
-    per_round: int = option(5, "archs of the predicted front evaluated per round", minimum=1)
-    population_size: int = option(20, "NSGA-II population on the surrogates", minimum=2)
-    generations: int = option(10, "NSGA-II generations on the surrogates per round",
-                              minimum=1)
-    boost_rounds: int = option(100, "boosting rounds of each LightGBM surrogate", minimum=1)
+    initial: int = option(10, "uniformly sampled archs evaluated first", ge=2)
+    per_round: int = option(5, "archs of the predicted front evaluated per round", ge=1)
+    population_size: int = option(20, "NSGA-II population on the surrogates", ge=2)
+    generations: int = option(10, "NSGA-II generations on the surrogates per round", ge=1)
+    boost_rounds: int = option(100, "boosting rounds of each LightGBM surrogate", ge=1)
 
 
 @dataclass(frozen=True)
@@ -129,32 +127,3 @@ ALGORITHMS: dict[str, Algorithm] = {
     "ehvi": Algorithm("bo", "ehvi", "bo", BOOptions),
     "iterative": Algorithm("iterative", "iterative", "iterative", IterativeOptions),
 }
-
-_JSON_TYPES: dict[Any, dict[str, Any]] = {
-    int: {"type": "integer", "maximum": LARGEST}, float: {"type": "number"},
-    bool: {"type": "boolean"}}
-
-
-def options_schema(kind: type) -> dict[str, Any]:
-    """The JSON schema of one entry of ``search.options``: an object of the options type's
-    fields."""
-    hints = get_type_hints(kind)
-    properties = {f.name: {**_JSON_TYPES[hints[f.name]], **f.metadata["schema"]}
-                  for f in dataclasses.fields(kind)}
-    return {"type": "object", "additionalProperties": False,
-            "description": (kind.__doc__ or "").strip(), "properties": properties}
-
-
-def options_schemas(algorithms: list[str] | None = None) -> dict[str, dict[str, Any]]:
-    """The schema of each options key of algorithms (default: all): what
-    :mod:`hwgptbench.params` places under ``search.options`` and ``compress.search.options``."""
-    declared = [ALGORITHMS[name] for name in (algorithms or ALGORITHMS)]
-    return {a.options: options_schema(a.options_type) for a in declared}
-
-
-def options_type(key: str) -> type:
-    """The options type of an options key of ``search.options``."""
-    for algorithm in ALGORITHMS.values():
-        if algorithm.options == key:
-            return algorithm.options_type
-    raise KeyError(key)

@@ -41,9 +41,9 @@ def device_placement(field: str) -> Callable[..., object]:
     default resource (a device without an entry is placed like any other job)."""
 
     def value(wildcards: Wildcards, input: InputFiles, threads: int, attempt: int) -> object:
-        entry = config["cluster"]["devices"].get(wildcards.device, {})
-        if field in entry:
-            return entry[field]
+        entry = SETTINGS.cluster.devices.get(wildcards.device)
+        if entry is not None and field in entry.model_fields_set:
+            return getattr(entry, field)
         name = PLACEMENT[field]
         default = default_resource(name, "measure", wildcards, input, threads, attempt)
         return NO_REQUEST.get(name) if default is None else default
@@ -54,9 +54,10 @@ def device_placement(field: str) -> Callable[..., object]:
 def measure_resources() -> dict[str, object]:
     """Resources of a measure job: measure.threads CPUs (the threads it times with), and the
     placement cluster.devices gives its device, for each field some device entry sets."""
-    fields = {field for entry in config["cluster"]["devices"].values() for field in entry}
+    fields = {field for entry in SETTINGS.cluster.devices.values()
+              for field in entry.model_fields_set}
     resources = {PLACEMENT[f]: device_placement(f) for f in PLACEMENT if f in fields}
-    resources["cpus_per_task"] = config["measure"]["threads"]
+    resources["cpus_per_task"] = SETTINGS.measure.threads
     return resources
 
 
@@ -70,14 +71,14 @@ def check_device_memory() -> None:
     """Refuse, before any job, a device that cannot hold a scale's largest arch at the largest
     condition (cluster.devices memory_gb; docs/measure.md). Only the devices this run measures
     are checked, so a plan without a memory_gb loads no torch."""
-    stated = [d for d, entry in config["cluster"]["devices"].items()
-              if "memory_gb" in entry and d in MEASURED_DEVICES]
+    stated = [d for d, entry in SETTINGS.cluster.devices.items()
+              if entry.memory_gb is not None and d in MEASURED_DEVICES]
     if not stated:
         return
     from hwgptbench.campaign import plan
     from hwgptbench.settings.sections import MeasurePlanSettings
 
-    settings = MeasurePlanSettings.of(config)
+    settings = MeasurePlanSettings.of(SETTINGS)
     vocab_size = plan.tokenizer_vocab_size(settings.tokenizer)
     if vocab_size is None:  # a tokenizer file not written yet
         return

@@ -6,23 +6,23 @@ from pathlib import Path
 from hwgptbench.pipeline import fingerprints
 
 PARAMS = hwparams.write_sections(config, layout.params_sections())
-DATA_DIR = layout.data(config["data"]["name"])
-SCALES = config["workflow"]["scales"]  # each under spaces (workflow_checks.check_workflow)
+DATA_DIR = layout.data(SETTINGS.data.name)
+SCALES = SETTINGS.workflow.scales  # each under spaces (workflow_checks.check_workflow)
 
 
-MEASURE_SHARDS = config["measure"]["shards"]
+MEASURE_SHARDS = SETTINGS.measure.shards
 
 # perplexity.source hwgptbench: perplexities imported from HW-GPT-Bench, no data or supernet
 # stage; the stages that build archs take the published networks' vocabulary size instead.
-IMPORTED = config["perplexity"]["source"] == "hwgptbench"
-HWGPTBENCH = config["perplexity"]["hwgptbench"]
+IMPORTED = SETTINGS.perplexity.source == "hwgptbench"
+HWGPTBENCH = SETTINGS.perplexity.hwgptbench
 DATA_INPUT = {} if IMPORTED else {"data": DATA_DIR}
 
 
 def vocab_flag(wildcards, input):
     """Where a command takes the vocabulary size: the data stage, or the import's params (the
     arguments of a shell line, each quoted by `{params.vocab:q}`)."""
-    return (["--vocab-size", str(HWGPTBENCH["vocab_size"])] if IMPORTED
+    return (["--vocab-size", str(HWGPTBENCH.vocab_size)] if IMPORTED
             else ["--data", input.data])
 
 
@@ -32,11 +32,11 @@ def local_device():
     checked against the hardware by the measure job itself, which may run on another node).
     Only asked for when params say `auto`: a cluster plan needs no torch on the login node, nor
     a machine where no GPU can be seen (torch is imported only to name a GPU)."""
-    if config["measure"]["device"] != "auto":
-        return config["measure"]["device"]
+    if SETTINGS.measure.device != "auto":
+        return SETTINGS.measure.device
     from hwgptbench.meters.host import auto_label, cpu_only_label
 
-    threads = config["measure"]["threads"]
+    threads = SETTINGS.measure.threads
     label = cpu_only_label(threads)
     if label is None:
         from hwgptbench.meters.device import default_device, fingerprint
@@ -52,15 +52,15 @@ def resolve_devices(labels):
 
 # The devices this run measures (workflow.devices); each other device table is an input that
 # must already be there: published under devices/{scale}/ or pulled into results/{scale}/measure/.
-MEASURED_DEVICES = sorted(set(resolve_devices(config["workflow"]["devices"])))
+MEASURED_DEVICES = sorted(set(resolve_devices(SETTINGS.workflow.devices)))
 
 
 wildcard_constraints:
     scale="|".join(SCALES),
     device="[a-z0-9][a-z0-9-]*",
     shard=r"\d+",
-    objectives="|".join(config["search"]["objective_sets"]),
-    algorithm="|".join(config["search"]["algorithms"]),
+    objectives="|".join(SETTINGS.search.objective_sets),
+    algorithm="|".join(SETTINGS.search.algorithms),
 
 
 def published_tables(scale):
@@ -130,8 +130,8 @@ def params_flags(wildcards, input):
 
 def corpus_files(corpus):
     """The local files a corpus reads (none for a Hugging Face dataset)."""
-    if corpus["source"] == "text_files":
-        return sorted(str(p) for p in Path(corpus["path"]).glob(corpus["pattern"]) if p.is_file())
+    if corpus.source == "text_files":
+        return sorted(str(p) for p in Path(corpus.path).glob(corpus.pattern) if p.is_file())
     return []
 
 

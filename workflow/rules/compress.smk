@@ -1,7 +1,7 @@
 # One-shot compression of a dense model, LLaMA-NAS style (docs/compress.md). Each rule reads
 # only the compress entries it needs (results/.params/compress.{entry}.json).
 
-COMPRESS = config["compress"]["name"]  # its results: layout.compress(COMPRESS)
+COMPRESS = SETTINGS.compress.name  # its results: layout.compress(COMPRESS)
 
 
 rule compress_dense:
@@ -19,7 +19,7 @@ rule compress_dense:
         work_dir=layout.compress_work(COMPRESS, "dense"),
     threads: workflow.cores
     resources:
-        **gpu_resources(config["compress"]["pretrain"]["device"], 1),
+        **gpu_resources(SETTINGS.compress.pretrain.device, 1),
     log:
         layout.log("compress", "dense"),
     shell:
@@ -43,7 +43,7 @@ rule compress_finetune:
         work_dir=layout.compress_work(COMPRESS, "finetune"),
     threads: workflow.cores
     resources:
-        **gpu_resources(config["compress"]["finetune"]["device"], 1),
+        **gpu_resources(SETTINGS.compress.finetune.device, 1),
     log:
         layout.log("compress", "finetune"),
     shell:
@@ -114,7 +114,7 @@ rule compress_seed:
         work_dir=lambda wildcards: layout.compress_seed_work(COMPRESS, wildcards.index),
     threads: workflow.cores  # timings: alone on the machine
     resources:
-        **gpu_resources(config["compress"]["finetune"]["device"], 1),
+        **gpu_resources(SETTINGS.compress.finetune.device, 1),
     log:
         layout.log("compress", "seed-{index}"),
     shell:
@@ -136,7 +136,7 @@ rule compress_finetune_methods:
         files=params_flags,
     threads: workflow.cores  # timings: alone on the machine
     resources:
-        **gpu_resources(config["compress"]["finetune_methods"]["device"], 1),
+        **gpu_resources(SETTINGS.compress.finetune_methods.device, 1),
     log:
         layout.log("compress", "finetune_methods"),
     shell:
@@ -154,7 +154,7 @@ rule compress:
         subnets=rules.compress_search.output.subnets,
         runs=rules.compress_search.output.runs,
         seeds=[layout.compress_seed(COMPRESS, str(i))
-               for i in range(1, config["compress"]["seeds"])],
+               for i in range(1, SETTINGS.compress.seeds)],
     output:
         figure=report(f"{layout.compress_figures(COMPRESS)}/compress.png", caption="../report/compress.rst",
                       category="Compression"),

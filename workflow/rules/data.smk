@@ -3,7 +3,7 @@ rule data:
     input:
         code=code("data"),
         params=PARAMS["data"],
-        corpus=corpus_files(config["data"]["corpus"]),
+        corpus=corpus_files(SETTINGS.data.corpus),
     output:
         directory(DATA_DIR),
     params:

@@ -6,13 +6,13 @@ training, measuring or network."""
 
 from hwgptbench.figures.catalog import PAPER_SCALE_FIGURES, PAPER_SEARCH_FIGURES, PAPER_TABLES
 
-PAPER = config["paper"]
+PAPER = SETTINGS.paper
 PAPER_RESULTS = layout.paper()
-PAPER_SEARCH = PAPER["search"]
+PAPER_SEARCH = PAPER.search
 # the paper's search settings as the section file a search command reads (`search`)
-PAPER_SEARCH_PARAMS = hwparams.write_sections({"search": PAPER_SEARCH},
+PAPER_SEARCH_PARAMS = hwparams.write_sections({"search": config["paper"]["search"]},
                                               layout.paper_params())["search"]
-EXTERNAL = PAPER["external"]
+EXTERNAL = PAPER.external
 # its scales and search devices ship tables with the package, and paper.external names
 # folders that are there: the Snakefile checks it (workflow_checks.check_workflow, as
 # `hwgptbench validate` does)
@@ -25,7 +25,7 @@ rule paper_surrogates:
     output:
         layout.paper_surrogates("{paper_scale}"),
     wildcard_constraints:
-        paper_scale="|".join(sorted({*PAPER["scales"], PAPER["search_scale"]})),
+        paper_scale="|".join(sorted({*PAPER.scales, PAPER.search_scale})),
     log:
         layout.log("paper", "surrogates-{paper_scale}"),
     shell:
@@ -35,9 +35,9 @@ rule paper_surrogates:
 
 PAPER_SEARCH_INPUTS = {
     "params": [PAPER_SEARCH_PARAMS, PARAMS["surrogate"]],
-    "surrogates": layout.paper_surrogates(PAPER["search_scale"]),
+    "surrogates": layout.paper_surrogates(PAPER.search_scale),
 }
-PAPER_SEARCH_FLAGS = (f"--source published --scale {PAPER['search_scale']}"
+PAPER_SEARCH_FLAGS = (f"--source published --scale {PAPER.search_scale}"
                       f" --results {PAPER_RESULTS}")
 
 
@@ -49,8 +49,8 @@ rule paper_search_reference:
     output:
         directory(layout.paper_search_reference("{paper_objectives}", "{paper_device}")),
     wildcard_constraints:
-        paper_objectives="|".join(PAPER_SEARCH["objective_sets"]),
-        paper_device="|".join(PAPER_SEARCH["devices"]),
+        paper_objectives="|".join(PAPER_SEARCH.objective_sets),
+        paper_device="|".join(PAPER_SEARCH.devices),
     params:
         files=params_flags,
     log:
@@ -71,9 +71,9 @@ rule paper_search:
         directory(layout.paper_search_runs("{paper_objectives}", "{paper_device}",
                                            "{paper_algorithm}")),
     wildcard_constraints:
-        paper_objectives="|".join(PAPER_SEARCH["objective_sets"]),
-        paper_device="|".join(PAPER_SEARCH["devices"]),
-        paper_algorithm="|".join(PAPER_SEARCH["algorithms"]),
+        paper_objectives="|".join(PAPER_SEARCH.objective_sets),
+        paper_device="|".join(PAPER_SEARCH.devices),
+        paper_algorithm="|".join(PAPER_SEARCH.algorithms),
     params:
         files=params_flags,
     threads: 1
@@ -96,11 +96,11 @@ rule paper_search_summary:
         code=code("paper_search_summary"),
         params=PAPER_SEARCH_PARAMS,
         references=expand(rules.paper_search_reference.output[0],
-                          paper_objectives=PAPER_SEARCH["objectives"],
-                          paper_device=PAPER_SEARCH["devices"]),
-        runs=expand(rules.paper_search.output[0], paper_objectives=PAPER_SEARCH["objectives"],
-                    paper_device=PAPER_SEARCH["devices"],
-                    paper_algorithm=PAPER_SEARCH["algorithms"]),
+                          paper_objectives=PAPER_SEARCH.objectives,
+                          paper_device=PAPER_SEARCH.devices),
+        runs=expand(rules.paper_search.output[0], paper_objectives=PAPER_SEARCH.objectives,
+                    paper_device=PAPER_SEARCH.devices,
+                    paper_algorithm=PAPER_SEARCH.algorithms),
     output:
         tables=[layout.paper_search_table(name) for name in PAPER_SEARCH_TABLES],
         metrics=layout.paper_search_metrics(),
@@ -121,7 +121,7 @@ rule paper_external:
     input:
         code=code("paper_external"),
         params=PARAMS["paper"],
-        data=[path for path in (EXTERNAL["help_fbnet"], EXTERNAL["hat"]) if path],
+        data=[path for path in (EXTERNAL.help_fbnet, EXTERNAL.hat) if path],
     output:
         directory(layout.paper_external()),
     params:
@@ -137,7 +137,7 @@ rule paper_tables:
     input:
         code=code("paper_tables"),
         params=PARAMS["paper"],
-        surrogates=expand(rules.paper_surrogates.output[0], paper_scale=PAPER["scales"]),
+        surrogates=expand(rules.paper_surrogates.output[0], paper_scale=PAPER.scales),
         search=rules.paper_search_summary.output.tables,
         external=rules.paper_external.output[0],
     output:
@@ -146,7 +146,7 @@ rule paper_tables:
         markdown=[layout.paper_table(name) for name in [*PAPER_TABLES, "external"]],
         figures=[paper_report(layout.paper_figure(f"{scale}_{name}"), f"paper_{name}",
                               f"Figures of {scale}")
-                 for scale in PAPER["scales"] for name in PAPER_SCALE_FIGURES],
+                 for scale in PAPER.scales for name in PAPER_SCALE_FIGURES],
         search_figures=[paper_report(layout.paper_figure(name), f"paper_{name}", "Search")
                         for name in PAPER_SEARCH_FIGURES],
     params:
@@ -164,11 +164,11 @@ rule paper_explorer:
     HTML file (docs/figures.md, "The explorer")."""
     input:
         code=code("paper_explorer"),
-        surrogates=expand(rules.paper_surrogates.output[0], paper_scale=PAPER["scales"]),
+        surrogates=expand(rules.paper_surrogates.output[0], paper_scale=PAPER.scales),
     output:
         layout.paper_explorer(),
     params:
-        scales=" ".join(f"--scale {scale}" for scale in PAPER["scales"]),
+        scales=" ".join(f"--scale {scale}" for scale in PAPER.scales),
     log:
         layout.log("paper", "explorer"),
     shell:

@@ -12,12 +12,12 @@ if IMPORTED:
             report=layout.import_report("{scale}"),
         params:
             files=params_flags,
-            source=(["--source-url", HWGPTBENCH["source_url"]] if HWGPTBENCH["source_url"]
+            source=(["--source-url", HWGPTBENCH.source_url] if HWGPTBENCH.source_url
                     else []),
-            url=HWGPTBENCH["url"],
-            rev=HWGPTBENCH["rev"],
-            imported=HWGPTBENCH["files"],
-            vocab_size=HWGPTBENCH["vocab_size"],
+            url=HWGPTBENCH.url,
+            rev=HWGPTBENCH.rev,
+            imported=HWGPTBENCH.files,
+            vocab_size=HWGPTBENCH.vocab_size,
         resources:
             dvc=1,  # one `dvc import` at a time in the project (`--resources dvc=1`)
         log:
@@ -47,7 +47,7 @@ else:
             files=params_flags,
         threads: workflow.cores  # torch uses every core
         resources:
-            **gpu_resources(config["perplexity"]["device"], 1),
+            **gpu_resources(SETTINGS.perplexity.device, 1),
         log:
             layout.log("{scale}", "perplexity"),
         shell:

@@ -1,5 +1,5 @@
-SEARCH = config["search"]
-SEARCH_DEVICES = resolve_devices(SEARCH["devices"])
+SEARCH = SETTINGS.search
+SEARCH_DEVICES = resolve_devices(SEARCH.devices)
 for scale in SCALES:
     missing = sorted(set(SEARCH_DEVICES) - set(device_labels(scale)))
     if missing:
@@ -57,10 +57,10 @@ rule search_summary:
         code=code("search_summary"),
         params=PARAMS["search"],
         references=lambda wc: expand(rules.search_reference.output[0], scale=wc.scale,
-                                     objectives=SEARCH["objectives"], device=SEARCH_DEVICES),
+                                     objectives=SEARCH.objectives, device=SEARCH_DEVICES),
         runs=lambda wc: expand(rules.search.output[0], scale=wc.scale,
-                               objectives=SEARCH["objectives"], device=SEARCH_DEVICES,
-                               algorithm=SEARCH["algorithms"]),
+                               objectives=SEARCH.objectives, device=SEARCH_DEVICES,
+                               algorithm=SEARCH.algorithms),
     output:
         runs=layout.search_table("{scale}", "runs"),
         reference=layout.search_table("{scale}", "reference"),

@@ -10,17 +10,17 @@ rule supernet:
         loss=layout.loss_table("{scale}"),
         # the supernet after each of supernet.snapshots steps: the fidelities of perplexity
         snapshots=expand(layout.snapshot("{scale}", "{step}"),
-                         step=config["supernet"]["snapshots"], allow_missing=True),
+                         step=SETTINGS.supernet.snapshots, allow_missing=True),
     params:
         files=params_flags,
         # supernet.processes > 1: one process per GPU under torchrun (batch_size is global)
         launcher=(["torchrun", "--standalone", "--nproc_per_node",
-                   str(config["supernet"]["processes"]), "-m", "hwgptbench.cli"]
-                  if config["supernet"]["processes"] > 1 else ["hwgptbench"]),
+                   str(SETTINGS.supernet.processes), "-m", "hwgptbench.cli"]
+                  if SETTINGS.supernet.processes > 1 else ["hwgptbench"]),
         work_dir=lambda wc: layout.train_work(wc.scale),
     threads: workflow.cores  # torch uses every core
     resources:
-        **gpu_resources(config["supernet"]["device"], config["supernet"]["processes"]),
+        **gpu_resources(SETTINGS.supernet.device, SETTINGS.supernet.processes),
     log:
         layout.log("{scale}", "supernet"),
     shell:

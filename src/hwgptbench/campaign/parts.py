@@ -52,7 +52,7 @@ def inputs_key(section: MeasureSettings, space: SearchSpace, archs: Sequence[Arc
                vocab_size: int, label: str) -> str:
     """Hash of everything a campaign's rows depend on: what a stored part must have been
     measured with to be reused."""
-    doc = {"measure": {k: v for k, v in asdict(section).items()
+    doc = {"measure": {k: v for k, v in section.model_dump().items()
                        if k not in ("device", "aliases")},
            "space": space.name, "spec": repr(space), "archs": [a.id for a in archs],
            "vocab_size": vocab_size, "label": label, "version": __version__}

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from ..errors import UserError
 from ..meters.condition import Condition
-from ..settings.build import required
+from ..settings.fields import required
 from ..settings.sections import (
     ClusterSettings,
     MeasurePlanSettings,
@@ -228,7 +228,7 @@ def cluster_memory(cluster: ClusterSettings, aliases: Mapping[str, str]
 
 def search_spaces(settings: MeasurePlanSettings) -> dict[str, SearchSpace]:
     """The search spaces of the planned scales, by scale."""
-    return {scale: SearchSpace.from_dict(scale, space) for scale, space in settings.spaces.items()}
+    return {scale: space.space(scale) for scale, space in settings.spaces.items()}
 
 
 def plan_scales(spaces: Sequence[SearchSpace], measure: MeasureSettings, n_archs: int,

@@ -27,7 +27,7 @@ from ..meters.host import resolve_label
 from ..meters.latency import LATENCY_FIELDS, PastDeadline
 from ..meters.runner import (
     Settings,
-    conditions_from_params,
+    condition_grid,
     cpu_estimator,
     measure_arch,
     measure_latency_of_archs,
@@ -74,10 +74,8 @@ def conditions(section: MeasureSettings, space: SearchSpace, device: torch.devic
     if too_long:
         raise MeasurementError(f"measure.seq_lens: {too_long} exceed block_size {space.block_size} "
                          f"of space '{space.name}'")
-    return conditions_from_params({"batch_size": list(section.batch_sizes),
-                                   "seq_len": list(section.seq_lens),
-                                   "dtype": list(section.dtypes),
-                                   "launch": list(section.launch)}, device)
+    return condition_grid(section.batch_sizes, section.seq_lens, section.dtypes, section.launch,
+                          device)
 
 def device_label(section: MeasureSettings, threads: int) -> str:
     """This machine's label: ``measure.device`` checked against the hardware, or derived."""

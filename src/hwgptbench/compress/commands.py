@@ -12,7 +12,7 @@ from typing import TypeVar
 
 import polars as pl
 
-from .. import io
+from .. import io, params
 from ..options import Add
 from ..settings.compress import (
     CompressDense,
@@ -44,7 +44,8 @@ def _settings(args: argparse.Namespace, cls: type[R]) -> R:
     """The compress entries this command reads, validated, as ``cls`` (its type in
     :data:`SETTINGS`); a missing one is an error."""
     assert SETTINGS[args.command] is cls, f"{args.command} reads {SETTINGS[args.command]}"
-    return cls.from_files(args.params or ["params.yaml"], args.command)
+    compress = params.load_typed(args.params or ["params.yaml"], ["compress"]).compress
+    return cls.of(compress, args.command)
 
 
 def cmd_dense(args: argparse.Namespace) -> None:

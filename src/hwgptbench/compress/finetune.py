@@ -20,7 +20,6 @@ from ..io import canonical_json, load_torch, save_torch
 from ..model import GPT, SuperGPT
 from ..model.dense import load_dense
 from ..outputs import atomic_path, make_dirs
-from ..settings.build import as_params
 from ..settings.compress import ImportanceSettings
 from ..settings.sections import TrainingSettings
 from ..space import SearchSpace
@@ -69,7 +68,7 @@ def write_imported(dense_path: str | Path, space: SearchSpace, shards: TokenShar
     """Import the dense file into a supernet file in work_dir (reused when it is of the same
     dense file and importance params) and the importance table beside it."""
     fingerprint = hashlib.sha256(canonical_json(
-        {"dense": file_sha256(dense_path), "importance": as_params(importance),
+        {"dense": file_sha256(dense_path), "importance": importance.model_dump(mode="json"),
          "space": space.to_dict()}).encode()).hexdigest()
     path = work_dir / IMPORTED
     if path.exists() and load_torch(path, "delete it: it is rebuilt from the dense file",

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -52,6 +52,7 @@ from ..meters.device import DTYPES, dtype_unsupported_reason, release
 from ..meters.latency import is_out_of_memory, measure_latency
 from ..meters.memory import MB, cpu_allocation_peak, optimizer_bytes, tensor_bytes, tensors_bytes
 from ..model import GPT
+from ..settings.compress import LoraSettings
 from ..training.step import TRAIN_LR, autocast
 
 log = logging.getLogger(__name__)
@@ -75,19 +76,6 @@ def _peft() -> Any:
     return peft
 
 
-def check_lora(lora: Mapping[str, Any]) -> tuple[int, float, list[str]]:
-    """The rank, alpha and target Linear names of a LoRA section (keys r, alpha, targets)."""
-    missing = {"r", "alpha", "targets"} - set(lora)
-    if missing:
-        raise ValueError(f"lora: missing keys {sorted(missing)}")
-    r, alpha, targets = lora["r"], lora["alpha"], lora["targets"]
-    if isinstance(r, bool) or not isinstance(r, int) or r < 1:
-        raise ValueError(f"lora.r must be a positive int, got {r!r}")
-    if isinstance(targets, str) or not targets or not all(isinstance(t, str) for t in targets):
-        raise ValueError(f"lora.targets must be a non-empty list of Linear names, got {targets!r}")
-    return r, float(alpha), list(targets)
-
-
 def vocabulary_parameters(model: GPT) -> list[torch.Tensor]:
     """The token embedding's weight and, when untied (llama), the LM head's."""
     params = [model.wte.weight]
@@ -96,7 +84,7 @@ def vocabulary_parameters(model: GPT) -> list[torch.Tensor]:
     return params
 
 
-def prepare_model(model: GPT, method: str, lora: Mapping[str, Any], seed: int) -> GPT:
+def prepare_model(model: GPT, method: str, lora: LoraSettings, seed: int) -> GPT:
     """model set up for method in place (see the module doc): adapters injected by peft for
     the LoRA methods (their ``A`` drawn from seed) and ``requires_grad`` set."""
     if method not in METHODS:
@@ -104,11 +92,10 @@ def prepare_model(model: GPT, method: str, lora: Mapping[str, Any], seed: int) -
     if method == "full":
         return model.requires_grad_(True)
     peft = _peft()
-    r, alpha, targets = check_lora(lora)
     vocabulary = vocabulary_parameters(model)  # the same Parameters once peft wraps a Linear
     model.requires_grad_(False)  # the base frozen; the adapters peft adds are trainable
-    config = peft.LoraConfig(r=r, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0,
-                             bias="none")
+    config = peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, target_modules=list(lora.targets),
+                             lora_dropout=0.0, bias="none")
     torch.manual_seed(seed)
     model = peft.inject_adapter_in_model(config, model)
     if method == "lora":
@@ -164,7 +151,7 @@ def _memory(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Op
     return None, f"memory is measured on CPU and CUDA devices only, not {device.type}"
 
 
-def _measure_method(model_factory: Callable[[], GPT], method: str, lora: Mapping[str, Any],
+def _measure_method(model_factory: Callable[[], GPT], method: str, lora: LoraSettings,
                     x: torch.Tensor, dtype: str, warmup: int, repeats: int, seed: int
                     ) -> dict[str, Any]:
     """The metric fields of one method."""
@@ -194,7 +181,7 @@ def _failed(status: str, reason: str) -> dict[str, Any]:
 
 
 def measure_finetune_methods(model_factory: Callable[[], GPT], methods: Sequence[str],
-                             lora: Mapping[str, Any], vocab_size: int, batch_size: int,
+                             lora: LoraSettings, vocab_size: int, batch_size: int,
                              seq_len: int, dtype: str = "fp32",
                              device: str | torch.device = "cpu", warmup: int = 2,
                              repeats: int = 5, seed: int = 0) -> list[dict[str, Any]]:
@@ -210,7 +197,6 @@ def measure_finetune_methods(model_factory: Callable[[], GPT], methods: Sequence
         raise ValueError(f"fine-tuning dtype must be one of {FINETUNE_DTYPES}, got {dtype!r}")
     if repeats < 2 or warmup < 0:
         raise ValueError(f"need repeats >= 2 and warmup >= 0, got {repeats}, {warmup}")
-    r, alpha, targets = check_lora(lora)
     device = torch.device(device)
     if any(m != "full" for m in methods):
         _peft()  # fail before any measurement when peft is missing
@@ -220,7 +206,7 @@ def measure_finetune_methods(model_factory: Callable[[], GPT], methods: Sequence
     rows = []
     for method in methods:
         lora_fields = ({"rank": None, "alpha": None, "targets": None} if method == "full" else
-                       {"rank": r, "alpha": alpha, "targets": ",".join(targets)})
+                       {"rank": lora.r, "alpha": lora.alpha, "targets": ",".join(lora.targets)})
         row = {"method": method, **lora_fields, "dtype": dtype, "batch_size": batch_size,
                "seq_len": seq_len}
         if unsupported is not None:

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from .. import io, params
-from ..settings.build import as_params, required
 from ..settings.compress import (
     CompressDense,
     CompressFinetune,
@@ -35,6 +34,7 @@ from ..settings.compress import (
     EvaluateSettings,
     TimingSettings,
 )
+from ..settings.fields import required
 from ..space import SearchSpace
 from ..tokens.shards import TokenShards
 
@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 def space_of(settings: CompressModel) -> SearchSpace:
     """The compression's search space (``compress.space``)."""
-    return SearchSpace.from_dict(settings.name, settings.space)
+    return settings.space.space(settings.name)
 
 
 def dense(settings: CompressDense, data: str, out: str, work_dir: str) -> None:
@@ -163,10 +163,9 @@ def seed(settings: CompressSeed, index: int, data: str, dense_path: str,
     if not 1 <= index < settings.seeds:
         raise params.ParamsError(f"--seed-index {index} is not in [1, compress.seeds "
                                  f"= {settings.seeds}): seed 0 is the run's own outputs")
-    settings = dataclasses.replace(
-        settings, finetune=dataclasses.replace(settings.finetune,
-                                               seed=settings.finetune.seed + index),
-        search=dataclasses.replace(settings.search, seed=settings.search.seed + index))
+    settings = settings.model_copy(update={
+        "finetune": dataclasses.replace(settings.finetune, seed=settings.finetune.seed + index),
+        "search": settings.search.model_copy(update={"seed": settings.search.seed + index})})
     work = Path(work_dir)
     supernet = finetune_supernet(settings, data, dense_path, work / "supernet",
                                  work / "finetune")
@@ -207,7 +206,7 @@ def finetune_methods(settings: CompressFinetuneMethods, dense_path: str) -> pl.D
     device = resolve_device(spec.device)
     load = functools.partial(load_dense, dense_path, device)
     rows = measure_finetune_methods(
-        load, spec.methods, as_params(spec.lora), load().config.vocab_size, spec.batch_size,
+        load, spec.methods, spec.lora, load().config.vocab_size, spec.batch_size,
         spec.seq_len, spec.dtype, device, spec.warmup, spec.repeats, spec.seed)
     extra = {**fingerprint(threads, device), **library_versions()}
     log.info("fine-tuning methods: %d rows", len(rows))

@@ -15,7 +15,7 @@ from tqdm import tqdm
 from .. import __version__
 from ..io import canonical_json, sha256_file
 from ..outputs import replace_dir
-from ..settings.build import as_params, required
+from ..settings.fields import required
 from ..settings.sections import DataSettings
 from ..tokens.shards import FORMAT, MANIFEST, ShardWriter, token_dtype
 from ..tokens.tokenizer import EOT_TOKEN, TOKENIZER_FILE, load_tokenizer_file, train_bpe
@@ -84,12 +84,13 @@ def build(section: DataSettings, out_dir: str | os.PathLike[str]) -> dict[str, A
         manifest = {
             "format": FORMAT,
             "name": section.name,
-            "corpus": {**as_params(section.corpus), **corpus.fingerprint()},
+            "corpus": {**section.corpus.model_dump(mode="json", exclude_none=True),
+                       **corpus.fingerprint()},
             "tokenizer": {"file": TOKENIZER_FILE, "sha256": sha256_file(staging / TOKENIZER_FILE),
                           "vocab_size": vocab_size, "eot_id": eot_id, "kind": spec.kind},
             "dtype": dtype.name,
             "splits": splits,
-            "params": as_params(section),
+            "params": section.model_dump(mode="json", exclude_none=True),
             "versions": {"hwgptbench": __version__, "tokenizers": tokenizers.__version__},
         }
         (staging / MANIFEST).write_text(canonical_json(manifest), encoding="utf-8")

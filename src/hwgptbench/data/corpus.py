@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..io import sha256_file
-from ..settings.build import required
+from ..settings.fields import required
 from ..settings.sections import CorpusSettings
 
 

@@ -64,14 +64,13 @@ def cmd_export_pareto(args: argparse.Namespace) -> None:
     from .. import params
     from ..outputs import check_output_dir
     from ..settings.compress import CompressExport
-    from ..settings.export import ExportSettings
     from ..tokens.tokenizer import TOKENIZER_FILE
     from .pareto import chosen_archs, export_archs
 
     check_output_dir(args.out, "export-pareto")
-    merged = params.merge_files(args.params or ["params.yaml"], ["export", "compress"])
-    settings = ExportSettings.of(merged["export"])
-    compress = CompressExport.of(merged["compress"], args.command)
+    merged = params.load_typed(args.params or ["params.yaml"], ["export", "compress"])
+    settings = merged.export
+    compress = CompressExport.of(merged.compress, args.command)
     archs = chosen_archs(pl.read_parquet(args.subnets), settings.pareto, settings.max_archs,
                          settings.archs)
     tokenizer = Path(args.data) / TOKENIZER_FILE

@@ -15,7 +15,6 @@ local cache is a :class:`~hwgptbench.errors.UserError` that says how to provide 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import math
 import os
@@ -30,7 +29,7 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from ..outputs import write_json_output
-from ..settings.build import as_params
+from ..params import load_typed
 from ..settings.compress import ClozeSettings, CompressEvaluation, EvaluateSettings
 from ..versions import library_versions
 from . import manifest as export_manifest
@@ -64,18 +63,17 @@ def defaults(params_files: Sequence[str] | None) -> EvaluateSettings:
     files."""
     if not params_files:
         return DEFAULTS
-    return CompressEvaluation.from_files(params_files, "export-evaluate").evaluate
+    compress = load_typed(params_files, ["compress"]).compress
+    return CompressEvaluation.of(compress, "export-evaluate").evaluate
 
 
 def overridden(settings: EvaluateSettings, cloze: dict[str, int], perplexity: dict[str, int]
                ) -> EvaluateSettings:
     """settings with the cloze values and the perplexity ones (of :data:`PERPLEXITY_KEYS`)
     replaced."""
-    return dataclasses.replace(
-        settings, cloze=dataclasses.replace(settings.cloze, **cloze),
-        batches=perplexity.get("batches", settings.batches),
-        batch_size=perplexity.get("batch_size", settings.batch_size),
-        seed=perplexity.get("seed", settings.seed))
+    return EvaluateSettings.model_validate({
+        **settings.model_dump(), "cloze": {**settings.cloze.model_dump(), **cloze},
+        **{key: perplexity[key] for key in PERPLEXITY_KEYS if key in perplexity}})
 
 
 def written_formats(manifest: dict[str, Any]) -> list[str]:
@@ -320,7 +318,7 @@ def evaluate_export(folder: str | Path, data_dir: str | Path, fmt: str | None = 
         start = time.perf_counter()
         if task == "cloze":
             results[task] = cloze_task(run, val, settings.cloze, block_size, batch_size)
-            used[task] = as_params(settings.cloze)
+            used[task] = settings.cloze.model_dump(mode="json")
         else:
             results[task] = perplexity_task(run, val, settings, block_size)
             used[task] = {key: getattr(settings, key) for key in PERPLEXITY_KEYS}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-from dataclasses import replace
 
 from .. import layout, params
 from ..io import atomic_write_text
@@ -25,7 +24,7 @@ def cmd_measure(args: argparse.Namespace) -> None:
     freeze_survivors()
     section = load_settings(args, MeasureSettings)
     space = space_of(load(args, ["spaces"]), args.scale)
-    label = device_label(replace(section, device=args.device or section.device),
+    label = device_label(section.model_copy(update={"device": args.device or section.device}),
                          section.threads)
     index, count = stage.parse_shard(args.shard)
     out = args.out or layout.shard(args.scale, label, index, count)
@@ -39,7 +38,7 @@ def cmd_measure_plan(args: argparse.Namespace) -> None:
     """Print the groups and peak memory the measure jobs plan, per scale and device."""
     from ..campaign import plan
 
-    settings = MeasurePlanSettings.of(params.load_overlaid(args.params, args.overlay))
+    settings = MeasurePlanSettings.of(params.load_typed([args.params, *args.overlay]))
     measure, cluster = settings.measure, settings.cluster
     devices = (plan.cluster_memory(cluster, measure.aliases) if cluster.devices
                else plan.this_machine(measure))

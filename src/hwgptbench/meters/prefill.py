@@ -4,14 +4,16 @@ latency with the estimator of the device, and the throughput it implies."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn as nn
 
 from ..meters.latency import measure_latency
 from ..meters.runner import cpu_estimator
-from ..settings.compress import TimingSettings
+
+if TYPE_CHECKING:  # the meters import torch and numpy alone: a timing model is read as values
+    from ..settings.compress import TimingSettings
 
 
 def prefill_ids(timing: TimingSettings, vocab_size: int) -> torch.Tensor:

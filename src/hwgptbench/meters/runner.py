@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
@@ -57,19 +57,22 @@ def cpu_estimator(estimator: str, device: torch.device | None) -> str:
 
 @dataclass(frozen=True)
 class Settings:
-    """How long and how precisely to measure, with how many CPU threads and which input seed."""
+    """How long and how precisely to measure, with how many CPU threads and which input seed:
+    the values of a params section (``measure``, ``runtime``, ``compress.timing``), given in
+    full, so that the params models hold the only defaults (this module imports torch and
+    numpy alone: it runs on measuring machines without the rest)."""
 
     threads: int
-    warmup: int = 10
-    min_repeats: int = 20
-    max_repeats: int = 1000
-    target_rel_ci: float = 0.02
-    max_seconds: float = 10.0
-    energy_seconds: float = 3.0
-    memory: bool = True
-    seed: int = 0
-    latency: bool = True
-    estimator: str = "median"  # latency_ms of a row (measure.latency.ESTIMATORS)
+    warmup: int
+    min_repeats: int
+    max_repeats: int
+    target_rel_ci: float
+    max_seconds: float
+    energy_seconds: float
+    memory: bool
+    seed: int
+    estimator: str  # latency_ms of a row (measure.latency.ESTIMATORS)
+    latency: bool = True  # False: the row's latency is timed elsewhere (interleaved)
     deadline: float | None = None  # time.monotonic() past which interleaved timing stops
 
     def __post_init__(self) -> None:
@@ -90,22 +93,17 @@ class Settings:
         return {**self.timing(), "deadline": self.deadline}
 
 
-def conditions_from_params(section: Mapping[str, Any], device: torch.device) -> list[Condition]:
-    """Cartesian product of the lists ``batch_size``, ``seq_len``, ``dtype`` and ``launch``
-    (default [eager]) of a params section; cuda_graph is dropped off CUDA."""
-    lists = {}
-    for key in ("batch_size", "seq_len", "dtype", "launch"):
-        values = section.get(key, ["eager"] if key == "launch" else None)
-        if not isinstance(values, list) or not values:
-            raise ValueError(f"measurement conditions: {key}: expected a non-empty list, "
-                             f"got {values!r}")
-        lists[key] = values
-    if torch.device(device).type != "cuda" and "cuda_graph" in lists["launch"]:
+def condition_grid(batch_sizes: Sequence[int], seq_lens: Sequence[int], dtypes: Sequence[str],
+                   launches: Sequence[str], device: torch.device) -> list[Condition]:
+    """Every combination of the batch sizes, sequence lengths, dtypes and launch modes (of a
+    validated params section); cuda_graph is dropped off CUDA."""
+    if torch.device(device).type != "cuda" and "cuda_graph" in launches:
         log.info("launch mode cuda_graph skipped on %s", device)
-        lists["launch"] = [launch for launch in lists["launch"] if launch != "cuda_graph"]
-        if not lists["launch"]:
+        launches = [launch for launch in launches if launch != "cuda_graph"]
+        if not launches:
             raise ValueError(f"measurement conditions: no launch mode runs on {device}")
-    return [Condition(*values) for values in itertools.product(*lists.values())]
+    return [Condition(*values) for values in itertools.product(batch_sizes, seq_lens, dtypes,
+                                                                launches)]
 
 
 def _unmeasured(row: dict[str, Any], meter: EnergyMeter, status: str,

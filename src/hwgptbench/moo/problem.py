@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from ..api import PERPLEXITY, Benchmark
-from ..meters.condition import condition_id
+from ..meters.condition import Condition
 from ..space import Arch, SearchSpace
 
 TABLE_LIMIT = 50_000  # spaces up to this size are predicted whole, once per fidelity
@@ -107,8 +107,7 @@ class Problem:
 
 
 def make_problem(benchmark: Benchmark, metrics: Sequence[str], device: str,
-                 condition: dict[str, Any] | None) -> Problem:
-    """The problem of minimizing metrics on device, hardware metrics under condition
-    (``batch_size``, ``seq_len``, ``dtype``, ``launch``; None: the device's only one)."""
-    return Problem(benchmark, tuple(metrics), device,
-                   None if condition is None else condition_id(**condition))
+                 condition: Condition | None) -> Problem:
+    """The problem of minimizing metrics on device, hardware metrics under condition (None:
+    the device's only one)."""
+    return Problem(benchmark, tuple(metrics), device, None if condition is None else condition.id)

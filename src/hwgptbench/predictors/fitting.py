@@ -24,7 +24,7 @@ import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +98,7 @@ def make_factory(section: SurrogateSettings, family: str) -> Callable[[], Surrog
         return lambda: LinearSurrogate(coverage)
     from .mlp import MLPEnsembleSurrogate
 
-    return lambda: MLPEnsembleSurrogate(**asdict(section.mlp_ensemble), seed=seed,
+    return lambda: MLPEnsembleSurrogate(**section.mlp_ensemble.model_dump(), seed=seed,
                                         coverage=coverage, calibration_folds=0)
 
 

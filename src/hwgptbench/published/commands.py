@@ -29,7 +29,7 @@ def cmd_ship(args: argparse.Namespace) -> None:
 
     config = load(args, ["spaces", "perplexity"])
     vocab = (args.vocab_size if args.vocab_size is not None
-             else config["perplexity"]["hwgptbench"]["vocab_size"])
+             else config.perplexity.hwgptbench.vocab_size)
     record = ship(args.scale, space_of(config, args.scale), vocab, args.perplexity,
                   args.device or [], args.folder or FOLDER, args.replace_devices,
                   ", ".join(args.measured_by) if args.measured_by else head_commit())

@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +61,7 @@ def cache_key(scale: str, folder: str | os.PathLike[str] = FOLDER) -> str:
     """What the cached surrogates depend on: the tables, the settings, the fitting code, the
     format of a surrogate folder and of the cache itself (a cache of an older format is
     fitted afresh)."""
-    text = json.dumps({"tables": digest(scale, folder), "fit": asdict(FIT),
+    text = json.dumps({"tables": digest(scale, folder), "fit": FIT.model_dump(mode="json"),
                        "hwgptbench": __version__, "surrogate_format": SURROGATE_FORMAT,
                        "cache_format": CACHE_FORMAT,
                        **library_versions("lightgbm", "numpy", "scikit-learn")}, sort_keys=True)

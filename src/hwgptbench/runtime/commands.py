@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-from dataclasses import replace
 
 from ..options import Add, load, load_settings, scale_and_vocab, space_of, vocab_size
 from ..settings.sections import MeasureSettings, RuntimeSettings
@@ -22,7 +21,7 @@ def cmd_runtime(args: argparse.Namespace) -> None:
     freeze_survivors()
     measure = load_settings(args, MeasureSettings)
     space = space_of(load(args, ["spaces"]), args.scale)
-    label = device_label(replace(measure, device=args.device or measure.device),
+    label = device_label(measure.model_copy(update={"device": args.device or measure.device}),
                          measure.threads)
     tables = measure_runtime(
         load_settings(args, RuntimeSettings), measure.threads, space, read_archs(args.archs),

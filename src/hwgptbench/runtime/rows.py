@@ -55,7 +55,7 @@ def runtime_conditions(section: RuntimeSettings, device: torch.device) -> list[C
 
     conditions = [base(w, d) for w in section.workloads for d in section.dtypes]
     varied = option_dtype(section.dtypes, device)
-    for option, values in section.options.items():
+    for option, values in section.options:
         for value in values:
             conditions += [Condition(**{**base(w, varied).as_dict(), option: value})
                            for w in section.workloads if w in OPTION_WORKLOADS[option]]

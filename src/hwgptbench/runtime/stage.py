@@ -81,7 +81,9 @@ def runtime_settings(section: RuntimeSettings, threads: int,
     return Settings(threads=threads, warmup=section.warmup,
                     min_repeats=section.min_repeats, max_repeats=section.max_repeats,
                     target_rel_ci=section.target_rel_ci, max_seconds=section.max_seconds,
-                    seed=section.seed, estimator=cpu_estimator(section.estimator, device))
+                    seed=section.seed, estimator=cpu_estimator(section.estimator, device),
+                    energy_seconds=0.0, memory=False)  # latency only: the workloads measure
+                                                       # memory themselves
 
 
 def breakdown_rows(space: SearchSpace, arch: Arch, vocab_size: int, condition: Condition,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,7 +33,7 @@ def _search_problem(args: argparse.Namespace) -> tuple[SearchSettings, Problem]:
                                  f"search.objective_sets ({', '.join(config.objective_sets)})")
     bench = Benchmark.load(args.scale, args.results, family=family, source=args.source)
     return config, make_problem(bench, list(config.objective_sets[args.objectives]),
-                                args.device, asdict(config.condition))
+                                args.device, config.condition)
 
 
 def cmd_search_reference(args: argparse.Namespace) -> None:

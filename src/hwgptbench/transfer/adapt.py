@@ -28,7 +28,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,7 @@ from ..metrics import measurement_frame, still_contended
 from ..outputs import replace_dir
 from ..predictors.features import feature_matrix
 from ..predictors.store import save_surrogate
-from ..settings.sections import MeasureSettings, TransferSettings
+from ..settings.sections import MeasureSettings, SpaceSettings, TransferSettings
 from ..space import Arch, SearchSpace, read_archs
 from .evaluate import scores
 from .measurements import REQUIRED, check_measurements, read_measurements
@@ -67,7 +67,7 @@ OWNER = Owner("adapt", "rerun the same `hwgptbench adapt` command (it measures o
                        "missing)")
 
 
-def adaptation_space(scale: str, params_spaces: dict[str, Any]) -> SearchSpace:
+def adaptation_space(scale: str, params_spaces: Mapping[str, SpaceSettings]) -> SearchSpace:
     """The space to adapt ``scale`` in: that of its shipped tables where the package ships the
     scale (params' ``spaces.{scale}`` must hold the same choices, in any order), else params'."""
     if scale not in published.scales():
@@ -75,10 +75,10 @@ def adaptation_space(scale: str, params_spaces: dict[str, Any]) -> SearchSpace:
             raise TransferError(f"unknown scale {scale!r}: the params define the spaces "
                                 f"{', '.join(params_spaces)} and the package ships "
                                 f"{', '.join(published.scales()) or 'none'}")
-        return SearchSpace.from_dict(scale, params_spaces[scale])
+        return params_spaces[scale].space(scale)
     shipped = published.space(scale)
     if scale in params_spaces:
-        own = SearchSpace.from_dict(scale, params_spaces[scale])
+        own = params_spaces[scale].space(scale)
         if _choices(own) != _choices(shipped):
             raise TransferError(f"params' spaces.{scale} {own.to_dict()} is not the space of "
                                 f"the shipped {scale} tables {shipped.to_dict()}: the sources "

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import logging
 import shlex
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +26,7 @@ from ..options import (
     vocab_size,
     vocab_source,
 )
-from ..settings.sections import MeasureSettings, PaperSettings, TransferSettings
+from ..settings.sections import PaperSettings, TransferSettings
 from ..space import read_archs
 
 if TYPE_CHECKING:
@@ -97,8 +96,8 @@ def cmd_adapt(args: argparse.Namespace) -> None:
         check_output_dir(out / layout.check_label(args.device, "--device"), "adapt", "--device")
         published.check_unshipped_label(args.scale, args.device, "--device")
     config = load(args, ["transfer", "measure", "spaces"])
-    section = TransferSettings.of(config["transfer"])
-    space = adaptation_space(args.scale, config["spaces"])
+    section = config.transfer
+    space = adaptation_space(args.scale, config.spaces)
     vocab = adaptation_vocab(args)
     k = args.k or section.report_k
     selection = args.selection or section.selection
@@ -108,8 +107,8 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     if args.measurements:
         target = read_measurements(args.measurements, space)
     else:
-        measure = MeasureSettings.of(config["measure"])
-        device = device_label(replace(measure, device=device), measure.threads)
+        measure = config.measure
+        device = device_label(measure.model_copy(update={"device": device}), measure.threads)
         if args.device == "auto":
             device = published.unshipped_label(args.scale, device)
         published.check_unshipped_label(args.scale, device, "--device")
@@ -209,9 +208,9 @@ def print_coverage(table: pl.DataFrame) -> None:
 def measured_archs(text: str) -> int:
     """--k: a whole number of measured archs, at least the 2 that a fit needs (at most the
     params schema's bound of transfer.report_k)."""
-    from ..params import schema_file
+    from ..params import schema_at
 
-    most = schema_file()["properties"]["transfer"]["properties"]["report_k"]["maximum"]
+    most = schema_at(["transfer", "report_k"])["maximum"]
     try:
         k = int(text)
     except ValueError:

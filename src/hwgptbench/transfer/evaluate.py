@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -298,7 +298,7 @@ def evaluate_shipped(tables: Mapping[str, pl.DataFrame], space: SearchSpace, voc
     ``device``), by the methods and baselines of :func:`evaluate`; ``tables`` = ``shipped``."""
     long = long_table(pl.concat(list(tables.values()), how="diagonal_relaxed"),
                       section.metrics)
-    across = replace(section, hold_out=("device",))
+    across = section.model_copy(update={"hold_out": ("device",)})
     rows: list[dict[str, Any]] = []
     for metric in section.metrics:
         part = long.filter(pl.col("metric") == metric)

@@ -26,7 +26,7 @@ from ..meters.condition import (
     with_condition_columns,
 )
 from ..metrics import METRICS, Metric
-from ..params import schema_file
+from ..params import schema_at
 from ..space import SearchSpace
 
 REQUIRED = ("arch_id", "batch_size", "seq_len", "dtype")
@@ -162,7 +162,7 @@ def _check_count(table: pl.DataFrame, name: str, least: int, space: SearchSpace,
                  where: str) -> None:
     """A count column within [least, the params schema's bound] (seq_len: the space's
     block_size)."""
-    most = schema_file()["$defs"]["positive_int_list"]["items"]["maximum"]
+    most = schema_at(["measure", "batch_sizes", 0])["maximum"]
     if name == "seq_len":
         most = min(most, space.block_size)
     column = table[name]
