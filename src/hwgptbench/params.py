@@ -15,7 +15,7 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,6 +29,7 @@ from .io import (
     parse_yaml,
     read_outside_text,
 )
+from .metrics import hardware_metrics
 from .settings.document import Params
 from .settings.fields import Loadable
 from .settings.problems import ParamsError, Problems
@@ -42,7 +43,15 @@ __all__ = ["ParamsError"]  # raised here, defined beside the models that raise i
 def schema() -> dict[str, Any]:
     """The JSON schema of params.yaml, generated from the models with the registries' entries
     of now (for editors, messages and the bounds of command-line flags that stand for a
-    param)."""
+    param); not to be changed by callers."""
+    from .search_algorithms import ALGORITHMS
+
+    return _schema(tuple(hardware_metrics()), tuple(ALGORITHMS))
+
+
+@cache
+def _schema(metrics: tuple[str, ...], algorithms: tuple[str, ...]) -> dict[str, Any]:
+    """The models' JSON schema for these registries' entries (the cache's key)."""
     return Params.model_json_schema()
 
 

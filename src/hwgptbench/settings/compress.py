@@ -32,7 +32,7 @@ from .fields import (
     doc,
 )
 from .problems import ParamsError, Problems
-from .sections import SpaceSettings, TrainingSettings, options_model
+from .sections import SpaceSettings, Timing, TrainingSettings, options_model
 
 R = TypeVar("R", bound="CompressReads")
 CompressObjective = Literal["perplexity", "params", "latency_ms"]
@@ -69,7 +69,7 @@ class EvaluateSettings(Model):
     device: Device = doc("auto", "auto: cuda when available, else cpu")
 
 
-class TimingSettings(Model):
+class TimingSettings(Timing):
     """Prefill latency of sub-networks and models on this machine."""
 
     batch_size: Width = doc(1, "sequences per call")
@@ -81,13 +81,6 @@ class TimingSettings(Model):
     target_rel_ci: Positive = doc(0.05, "stop once the median's 95% CI is within this share")
     max_seconds: Positive = doc(0.1, "timing budget per model")
     estimator: Estimator = doc("min", "CPU latency, as measure.estimator")
-
-    @model_validator(mode="after")
-    def _bounds(self) -> TimingSettings:
-        if self.min_repeats > self.max_repeats:
-            Problems.one("min_repeats", f"{self.min_repeats} exceeds max_repeats "
-                         f"{self.max_repeats}")
-        return self
 
 
 class LoraSettings(Model):

@@ -21,6 +21,9 @@ class Problems(UserError, ValueError):
         super().__init__("cross-field problems")
         self.lines: list[tuple[str | None, str]] = []
 
+    def __str__(self) -> str:
+        return "; ".join(self.render(""))
+
     def add(self, field: str | None, text: str) -> None:
         self.lines.append((field, text))
 
