@@ -37,7 +37,6 @@ from .settings.problems import ParamsError, Problems
 MAX_PARAMS = 4 << 20  # bytes of a params file or overlay (params.yaml: 19 kB)
 SECTIONS = tuple(Params.model_fields)
 S = TypeVar("S", bound=Loadable)
-__all__ = ["ParamsError"]  # raised here, defined beside the models that raise it too
 
 
 def schema() -> dict[str, Any]:

@@ -50,9 +50,7 @@ class Model(BaseModel):
 
 
 class Section(Loadable, Model):
-    """A top-level params section."""
-
-    SECTION: ClassVar[str] = ""
+    """A top-level params section that is a model (``supernet``'s is a dataclass)."""
 
 
 def required(value: T | None, where: str) -> T:
@@ -64,6 +62,7 @@ def required(value: T | None, where: str) -> T:
 
 
 def _distinct(values: tuple[Hashable, ...]) -> tuple[Hashable, ...]:
+    """values, each once (a list that repeats one is refused)."""
     if len(set(values)) != len(values):
         raise ValueError("list each value once")
     return values
@@ -74,9 +73,10 @@ def doc(default: T, description: str) -> T:
     return Field(default, description=description)
 
 
-_UNIQUE = (AfterValidator(_distinct), Field(json_schema_extra={"uniqueItems": True}))
-Distinct = Annotated[tuple[T, ...], _UNIQUE[0], _UNIQUE[1]]  # a list, each value once
-Some = Annotated[tuple[T, ...], Field(min_length=1), _UNIQUE[0], _UNIQUE[1]]  # and non-empty
+_EACH_ONCE = AfterValidator(_distinct)
+_EACH_ONCE_SCHEMA = Field(json_schema_extra={"uniqueItems": True})
+Distinct = Annotated[tuple[T, ...], _EACH_ONCE, _EACH_ONCE_SCHEMA]  # a list, each value once
+Some = Annotated[tuple[T, ...], Field(min_length=1), _EACH_ONCE, _EACH_ONCE_SCHEMA]  # non-empty
 
 
 class OneOf:
