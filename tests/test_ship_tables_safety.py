@@ -532,3 +532,35 @@ def test_fuzz_helpers_build_what_they_claim(tmp_path: Path) -> None:
                      ("set", ("s", "devices", CPU, "file"), "{root}/victim.parquet"))
     document = json.loads((folder / published.MANIFEST).read_text())
     assert document["scales"]["s"]["devices"][CPU]["file"] == f"{tmp_path}/victim.parquet"
+
+
+# -- a later campaign adds to a shipped table; a contended latency never ships ---------------
+
+def test_union_adds_a_campaign_to_the_shipped_table(box: Path) -> None:
+    """--union: the given rows join the device's shipped table (a given row replaces the
+    shipped one of its arch and condition), and the record names both campaigns' commits."""
+    folder = _folder(box)
+    shipped = published.device_tables("s", folder)[CPU]
+    later = shipped.head(5).with_columns(dtype=pl.lit("bf16"))  # a new condition
+    again = shipped.slice(5, 2).with_columns(latency_ms=pl.col("latency_ms") * 2)  # measured anew
+    old_commit = published.entry("s", folder)["devices"][CPU]["measured_by"]
+    record = _ship_device(box, pl.concat([later, again]), union=True, measured_by="abc1234")
+    table = published.device_tables("s", folder)[CPU]
+    assert table.height == shipped.height + 5 == record["devices"][CPU]["rows"]
+    assert table.filter(pl.col("dtype") == "bf16").height == 5
+    doubled = table.filter(pl.col("arch_id").is_in(again["arch_id"].to_list())
+                           & (pl.col("dtype") == "fp32"))
+    assert sorted(doubled["latency_ms"]) == sorted(again["latency_ms"])
+    assert record["devices"][CPU]["measured_by"] == f"{old_commit}, abc1234"
+    replaced = _ship_device(box, later, measured_by="def5678")  # without --union: replaced
+    assert replaced["devices"][CPU]["rows"] == 5
+
+
+def test_a_contended_latency_is_not_shipped(box: Path) -> None:
+    """A row still contended after its visits is timed again on a quiet machine first."""
+    table = _device_table().with_columns(
+        latency_contended=pl.int_range(pl.len()) == 4)
+    with pytest.raises(published.PublishedTablesError) as refused:
+        _ship_device(box, table)
+    assert "column 'latency_contended', row 4" in str(refused.value)
+    assert "quiet" in str(refused.value)

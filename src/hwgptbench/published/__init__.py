@@ -80,6 +80,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "batch_size": (1, math.inf), "seq_len": (1, math.inf), "params": (1, math.inf),
     "train_steps": (0, math.inf), "perplexity": (1.0, math.inf), "accuracy": (0.0, 1.0)}
 PERPLEXITY_FIX = "write the table with hwgptbench import-perplexity and ship that"
+CONTENDED_FIX = ("rerun the same hwgptbench measure command when the machine is quiet (it times "
+                 "the contended rows again and keeps the others) and ship that")
 DEVICE_FIX = ("measure the device with hwgptbench measure (or drop the row) and ship that "
               "table")
 _RESTORE = "restore it with git checkout, or rewrite it with hwgptbench ship-tables"
@@ -370,12 +372,21 @@ def check_perplexity_table(table: pl.DataFrame, path: Path, space: SearchSpace) 
                   .is_first_distinct(), "the arch is in the table twice", PERPLEXITY_FIX)
 
 
+def union_rows(shipped: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
+    """The rows of both tables of one device, a row of ``new`` replacing the shipped row of
+    the same arch and condition (a later campaign adds archs and conditions to a table)."""
+    both = pl.concat([new, shipped], how="diagonal_relaxed")
+    keys = with_condition_columns(both).select("arch_id", *CONDITION_KEYS)
+    return both.filter(keys.select(pl.struct(pl.all()).is_first_distinct()).to_series())
+
+
 def check_device_table(table: pl.DataFrame, path: Path, space: SearchSpace) -> str:
     """The device label of a measurement table (:data:`layout.DEVICE_LABEL`), after refusing
     (:class:`PublishedTablesError`, naming path, the column, the first bad row and the fix) a
     table that is not what the measure stage writes for ``space``: one device, its columns of
     their types, no null key, finite floats within :data:`BOUNDS`, a latency on every ok row,
-    valid conditions, every arch in the space, one row per arch and condition."""
+    valid conditions, every arch in the space, one row per arch and condition, no ok row
+    whose latency is still contended."""
     if "device" in table.columns and table["device"].n_unique() > 1:
         labels = table["device"].unique(maintain_order=True)
         more = ", ..." if labels.len() > 5 else ""
@@ -387,6 +398,10 @@ def check_device_table(table: pl.DataFrame, path: Path, space: SearchSpace) -> s
     _refuse_where(table, path, "latency_ms",
                   (pl.col("status") == "ok") & pl.col("latency_ms").is_null(),
                   "null on a row whose status is ok", DEVICE_FIX)
+    if "latency_contended" in table.columns:
+        _refuse_where(table, path, "latency_contended",
+                      (pl.col("status") == "ok") & pl.col("latency_contended"),
+                      "true: the latency was timed while the machine was busy", CONTENDED_FIX)
     conditions = with_condition_columns(table).select(CONDITION_KEYS).with_row_index("row")
     for values in conditions.unique(CONDITION_KEYS, keep="first",
                                     maintain_order=True).iter_rows(named=True):
@@ -426,14 +441,17 @@ def fingerprint_of(table: pl.DataFrame) -> dict[str, Any]:
 
 def ship(scale: str, space_: SearchSpace, vocab: int, perplexity: str | os.PathLike[str] | None,
          devices: Sequence[str | os.PathLike[str]] = (), folder: str | os.PathLike[str] = FOLDER,
-         replace_devices: bool = False, measured_by: str | None = None) -> dict[str, Any]:
+         replace_devices: bool = False, measured_by: str | None = None,
+         union: bool = False) -> dict[str, Any]:
     """Ship tables of ``scale``: the perplexity table (as ``hwgptbench import-perplexity``
     wrote it) and device tables (as ``hwgptbench measure`` / ``merge-shards`` wrote them).
 
     Each device's record holds the table's fingerprint and ``measured_by``, the commit of the
     code that measured it (comma-separated commits for a table of several campaigns). A table
     not given keeps its shipped version; ``replace_devices`` deletes the shipped files of the
-    devices not given. The folder must be new, empty or an earlier output of ship-tables
+    devices not given; ``union`` adds a given table's rows to its device's shipped table
+    (:func:`union_rows`), ``measured_by`` then joining the shipped commits. The folder must be
+    new, empty or an earlier output of ship-tables
     (:func:`~hwgptbench.outputs.check_output_dir`), and every table, name and path is checked
     before anything is written. The tables are written file by file and the manifest last
     (atomically), so a reader never sees a table its manifest does not describe. Returns the
@@ -456,14 +474,21 @@ def ship(scale: str, space_: SearchSpace, vocab: int, perplexity: str | os.PathL
         new_perplexity = _input(Path(perplexity), PERPLEXITY_FIX)
         check_perplexity_table(new_perplexity, Path(perplexity), space_)
     tables: dict[str, pl.DataFrame] = {}
+    shipped = old.get("devices", {})
+    commits: dict[str, str | None] = {}
     for path in map(Path, devices):
         table = _input(path, DEVICE_FIX)
         label = check_device_table(table, path, space_)
         if label in tables:
             raise PublishedTablesError(f"{path} is a second table of the device {label}: ship "
                                        "one table per device")
+        commits[label] = measured_by
+        if union and label in shipped:
+            table = union_rows(_read(shipped[label], folder), table)
+            check_device_table(table, path, space_)
+            earlier = str(shipped[label].get("measured_by") or "").split(", ")
+            commits[label] = ", ".join(dict.fromkeys(c for c in [*earlier, measured_by] if c))
         tables[label] = table
-    shipped = old.get("devices", {})
     record: dict[str, Any] = {"space": space_.to_dict(), "vocab_size": vocab,
                               "perplexity": old.get("perplexity"),
                               "devices": {} if replace_devices else dict(shipped)}
@@ -487,7 +512,7 @@ def ship(scale: str, space_: SearchSpace, vocab: int, perplexity: str | os.PathL
                                     "conditions": conditions.height,
                                     "default_condition": default_condition_of(table),
                                     "fingerprint": fingerprint_of(table),
-                                    "measured_by": measured_by}
+                                    "measured_by": commits[label]}
     for path in stale:
         remove_file(path, owned=True)
     document["scales"][scale] = record

@@ -32,7 +32,7 @@ def cmd_ship(args: argparse.Namespace) -> None:
              else config.perplexity.hwgptbench.vocab_size)
     record = ship(args.scale, space_of(config, args.scale), vocab, args.perplexity,
                   args.device or [], args.folder or FOLDER, args.replace_devices,
-                  ", ".join(args.measured_by) if args.measured_by else head_commit())
+                  ", ".join(args.measured_by) if args.measured_by else head_commit(), args.union)
     devices = ", ".join(f"{k} ({v['rows']} rows)" for k, v in record["devices"].items())
     log.info("shipped %s: perplexity %d rows; devices: %s", args.scale,
              record["perplexity"]["rows"], devices or "none")
@@ -51,6 +51,10 @@ def register(add: Add) -> None:
                                                            ".parquet); repeatable")
     command.add_argument("--replace-devices", action="store_true",
                          help="drop the shipped devices not given with --device")
+    command.add_argument("--union", action="store_true",
+                         help="add each --device table's rows to its device's shipped table "
+                              "(a given row replaces the shipped one of its arch and "
+                              "condition) instead of replacing the table")
     command.add_argument("--vocab-size", type=params_int("perplexity", "hwgptbench", "vocab_size"),
                          help="vocabulary of the networks (default: "
                               "perplexity.hwgptbench.vocab_size)")
