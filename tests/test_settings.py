@@ -17,6 +17,7 @@ import yaml
 from conftest import REPO_ROOT, run
 from hwgptbench import params
 from hwgptbench.meters.runner import Settings
+from hwgptbench.params_reference import fields_of
 from hwgptbench.settings.document import Params
 from hwgptbench.settings.sections import MeasureSettings, RuntimeSettings, SampleSettings
 
@@ -44,22 +45,12 @@ def test_the_params_files_build(path: str) -> None:
         typed.supernet.steps = 2  # type: ignore[misc]
 
 
-def _leaves(node: dict, path: str) -> list[tuple[str, dict]]:
-    node = params.schema_at_node(node)
-    if "anyOf" in node and any("$ref" in b for b in node["anyOf"]):
-        node = params.schema_at_node(next(b for b in node["anyOf"] if "$ref" in b))
-    if "properties" in node:
-        return [leaf for name, child in node["properties"].items()
-                for leaf in _leaves(child, f"{path}.{name}")]
-    return [(path, node)]
-
-
 def test_every_field_has_a_one_line_description() -> None:
     """The reference is generated from the models: each leaf field says what it is, in one
     line (the search condition's fields are those of meters.condition.Condition, described
     in docs/measure.md)."""
-    leaves = [leaf for section, node in params.schema()["properties"].items()
-              for leaf in _leaves(node, section) if not leaf[0].startswith(
+    leaves = [(path, node) for section, top in params.schema()["properties"].items()
+              for path, node, _ in fields_of(top, section) if not path.startswith(
                   ("search.condition.", "paper.search.condition."))]
     assert len(leaves) > 200
     missing = [path for path, node in leaves if not node.get("description")]

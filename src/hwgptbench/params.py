@@ -73,14 +73,14 @@ def schema_at(path: Sequence[Any]) -> dict[str, Any]:
             node = node["prefixItems"][min(part, len(node["prefixItems"]) - 1)]
         elif isinstance(part, int) and "items" in node:
             node = node["items"]
-        elif _entry(node) is not None:
-            node = _entry(node)
+        elif (entry := mapping_entry(node)) is not None:
+            node = entry
         else:
             return {}
     return _resolved(root, node)
 
 
-def _entry(node: dict[str, Any]) -> Any:
+def mapping_entry(node: dict[str, Any]) -> Any:
     """The schema of each value of a mapping field (None: not a mapping of values)."""
     entries = [*node.get("patternProperties", {}).values(), node.get("additionalProperties")]
     return next((entry for entry in entries if isinstance(entry, dict)), None)
@@ -197,12 +197,13 @@ def typed(doc: Any, sections: Sequence[str] | None = None, source: str = "params
     if not isinstance(doc, dict):
         raise ParamsError(f"invalid {source}: not a mapping of params sections "
                           "(e.g. `data: {...}`)")
-    found = _unjsonable(doc) or [
+    unjsonable = _unjsonable(doc)
+    found = unjsonable or [
         ([name], f"<top level>: missing key '{name}'; allowed: {allowed(schema_at([name]))}")
         for name in (SECTIONS if sections is None else sections) if name not in doc]
     model = None
     try:
-        model = None if _unjsonable(doc) else Params.model_validate_json(json.dumps(doc))
+        model = None if unjsonable else Params.model_validate_json(json.dumps(doc))
     except ValidationError as error:
         found += _problems(error)
     except RecursionError:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .params import _entry, allowed, schema
+from .params import allowed, mapping_entry, schema, schema_at_node
 
 HEADER = """# Params reference
 
@@ -19,32 +19,27 @@ lists and hold each value once where the type says so.
 
 
 def _resolved(node: dict[str, Any]) -> dict[str, Any]:
-    """node, its ``$ref`` followed and an optional type's non-null branch taken."""
-    defs = schema()["$defs"]
-    while True:
-        if "$ref" in node:
-            node = {**defs[node["$ref"].rsplit("/", 1)[1]],
-                    **{k: v for k, v in node.items() if k != "$ref"}}
-        elif "anyOf" in node and any("$ref" in b for b in node["anyOf"]):
-            branch = next(b for b in node["anyOf"] if "$ref" in b)
-            node = {**branch, "description": node.get("description")}
-        else:
-            return node
+    """node, its ``$ref`` followed and an optional model's model branch taken."""
+    node = schema_at_node(node)
+    branch = next((b for b in node.get("anyOf", []) if "$ref" in b), None)
+    if branch is None:
+        return node
+    return {**schema_at_node(branch), "description": node.get("description")}
 
 
-def _rows(node: dict[str, Any], path: str, default: Any = None
-          ) -> list[tuple[str, dict[str, Any], Any]]:
+def fields_of(node: dict[str, Any], path: str, default: Any = None
+              ) -> list[tuple[str, dict[str, Any], Any]]:
     """(dotted path, schema, default) of every leaf field under node, in the models' order;
     a nested model's defaults are its parent's default values where the parent has one."""
     default = node.get("default") if default is None else default
     node = _resolved(node)
     if "properties" in node:
         return [row for name, child in node["properties"].items()
-                for row in _rows(child, f"{path}.{name}" if path else name,
+                for row in fields_of(child, f"{path}.{name}" if path else name,
                                  default.get(name) if isinstance(default, dict) else None)]
-    entry = _entry(node)
+    entry = mapping_entry(node)
     if entry is not None and "properties" in _resolved(entry):
-        return _rows(entry, f"{path}.NAME")
+        return fields_of(entry, f"{path}.NAME")
     return [(path, node, default)]
 
 
@@ -59,7 +54,7 @@ def describe() -> str:
         resolved = _resolved(node)
         lines += [f"## `{section}`", "", resolved.get("description", ""), "",
                   "| field | allowed | default | description |", "|---|---|---|---|"]
-        for path, leaf, value in _rows(node, section):
+        for path, leaf, value in fields_of(node, section):
             kind = allowed({k: v for k, v in leaf.items()
                             if k not in ("description", "title", "default")})
             default = "" if value is None and "default" not in leaf else json.dumps(value)
