@@ -78,6 +78,32 @@ def test_sample_from_keeps_the_extremes_and_draws_the_rest_from_the_candidates()
     assert archs.sample_from(S_SPACE, candidates, 100, seed=1, vocab_size=50304).height == 40
 
 
+def test_sample_archs_of_a_shipped_device_takes_the_archs_it_measured(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hwgptbench import published
+    from hwgptbench.cli import main
+
+    def sample(label: str) -> None:
+        overlay = tmp_path / f"{label}.yaml"
+        overlay.write_text(yaml.safe_dump({"sample": {"n_archs": 500, "archs_of": label}}))
+        main(["sample", "--scale", "l", "--params", str(REPO_ROOT / "params.yaml"),
+              "--params", str(overlay), "--vocab-size", "50304", "--from-table",
+              str(published.FOLDER / published.perplexity_file("l")),
+              "--out", str(tmp_path / "archs.parquet")])
+
+    h100 = "cuda-nvidia-h100-80gb-hbm3"
+    sample(h100)
+    measured = set(published.device_tables("l")[h100]["arch_id"])
+    assert set(pl.read_parquet(tmp_path / "archs.parquet")["arch_id"]) == measured
+    assert len(measured) == 100
+    with pytest.raises(SystemExit) as exit_info:
+        sample("cpu-elsewhere")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "sample.archs_of: 'cpu-elsewhere' has no table shipped at scale 'l'" in err
+    assert h100 in err and "null to sample from the space" in err
+
+
 def _upstream(path: Path, n: int) -> str:
     """A git repository laid out as HW-GPT-Bench's: ``n`` s archs whose perplexity falls with
     their size; every other published file empty. Returns the commit."""

@@ -224,6 +224,9 @@ class SampleSettings(Section):
     SECTION: ClassVar[str] = "sample"
     n_archs: Count = doc(60, "archs sampled uniformly (the largest and the smallest added)")
     seed: Seed = doc(4321, "sampling seed")
+    archs_of: Label | None = doc(
+        None, "a device shipped in the package whose archs are the pool (null: the space or "
+              "the imported table): the same archs measured on another device")
 
 
 class HWGPTBenchSource(Model):
