@@ -77,9 +77,9 @@ def test_the_tau_heatmap_counts_the_archs_both_measured(explorer_page: Path) -> 
     labels = tau["labels"]
     cpu, h100 = labels.index(f"{CPU} b1-t128-fp32-eager"), labels.index(
         f"{H100} b8-t1024-bf16-cuda_graph")
-    assert tau["n"][cpu][cpu] == 302 and tau["n"][h100][h100] == 500
     cpu_ids = set(published.device_tables("s")[CPU]["arch_id"])
     h100_ids = set(published.device_tables("s")[H100]["arch_id"])
+    assert tau["n"][cpu][cpu] == len(cpu_ids) and tau["n"][h100][h100] == len(h100_ids) == 500
     assert tau["n"][cpu][h100] == len(cpu_ids & h100_ids)
     assert tau["tau"][h100][h100] == 1.0
 
@@ -173,7 +173,8 @@ def test_the_page_in_headless_chromium(explorer_page: Path) -> None:
         assert len(energy["measured"]) == rows and energy["measured"] != alone["measured"]
         choose("device", CPU)
         cpu = traces()
-        assert len(cpu["measured"]) == table_rows("s", CPU)["b1-t128-fp32-eager"] == 302
+        assert len(cpu["measured"]) == table_rows("s", CPU)["b1-t128-fp32-eager"] == len(
+            set(published.device_tables("s")[CPU]["arch_id"]))
         assert run("return document.getElementById('metric').value") == "latency_ms"
         # compare: τ over the archs both measured, with n
         choose("compare", f"{H100} b8-t1024-bf16-cuda_graph")

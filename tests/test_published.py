@@ -26,6 +26,7 @@ from hwgptbench.space import Arch, SearchSpace
 SOURCE = f"github.com/automl/HW-GPT-Bench@{REV}"
 ROWS = {"s": 10_000, "m": 5_245, "l": 429}
 GPU = "cuda-nvidia-h100-80gb-hbm3"
+CPU = "cpu-amd-epyc-1t"
 GPU_ARCHS = {"s": 500, "m": 200, "l": 100}  # the H100 campaign's archs per scale
 
 
@@ -81,6 +82,20 @@ def test_gpu_tables_hold_latency_energy_and_memory(scale: str) -> None:
     wide = table.filter(pl.col("batch_size") == 1).pivot(on="launch", index="arch_id",
                                                          values="latency_ms")
     assert (wide["cuda_graph"] < wide["eager"]).mean() > 0.9
+
+
+@pytest.mark.parametrize("scale", ["s", "m", "l"])
+def test_cpu_tables_hold_the_gpu_archs_each_timed_quietly_with_a_repeat_visit(scale: str
+                                                                           ) -> None:
+    """The CPU table of each scale measured every arch of the H100's (a device matrix over all
+    of them), no latency still contended, and a repeat visit of about a tenth of its archs
+    (the table's repeatability ceiling)."""
+    tables = published.device_tables(scale)
+    fp32 = tables[CPU].filter((pl.col("status") == "ok") & (pl.col("dtype") == "fp32"))
+    assert set(tables[GPU]["arch_id"]) <= set(fp32["arch_id"])
+    assert not fp32["latency_contended"].any()
+    repeated = fp32.drop_nulls("latency_repeat_ms")
+    assert repeated.height >= 0.09 * fp32.height
 
 
 def _pad(values: tuple[Any, ...], depth: int) -> list[Any]:

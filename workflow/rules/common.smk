@@ -3,7 +3,6 @@
 from functools import cache
 from pathlib import Path
 
-from hwgptbench import published
 from hwgptbench.pipeline import fingerprints
 
 PARAMS = hwparams.write_sections(config, layout.params_sections())
@@ -68,12 +67,6 @@ def published_tables(scale):
     """Device tables published with `hwgptbench publish-device` (label -> path); a file whose
     name is no device label is skipped with a warning (layout.labelled_tables)."""
     return layout.labelled_tables(layout.published_tables(scale))
-
-
-def shipped_table(scale, device):
-    """The table of device shipped in the package at scale, as a list ([] when none is)."""
-    path = published.FOLDER / published.device_file(scale, device) if device else None
-    return [str(path)] if path and path.is_file() else []
 
 
 def device_table(scale, device):

@@ -38,9 +38,6 @@ rule sample_archs:
         params=lambda wc: [PARAMS["sample"], PARAMS[f"spaces.{wc.scale}"]],
         **DATA_INPUT,
         **({"table": layout.perplexity("{scale}")} if IMPORTED else {}),
-        # sample.archs_of: the shipped table whose archs are the pool (the command names the
-        # shipped ones when the device has none at this scale)
-        shipped=lambda wc: shipped_table(wc.scale, SETTINGS.sample.archs_of),
     output:
         layout.archs("{scale}"),
     params:

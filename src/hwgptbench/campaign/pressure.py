@@ -89,10 +89,11 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 def release_freed() -> None:
-    """Return to the system what this process has freed and still holds: Python's unreachable
-    objects, then the C heap's free pages (glibc keeps the pages of freed tensors below its
-    mmap threshold: 6 GB after one group of 12 ``l`` archs, which the next group's check
-    counted as taken by other processes)."""
+    """Return to the system what this process has dropped and still holds: Python's
+    unreachable objects (a model in a reference cycle keeps its weights until the collector
+    runs), then the C heap's free pages that glibc keeps (``malloc_trim``). A campaign that
+    read the memory free without it held 6 GB after its first group of 12 ``l`` archs, and the
+    next group's check counted them as taken by other processes."""
     gc.collect()
     trim = _malloc_trim()
     if trim is not None:
