@@ -15,7 +15,13 @@ from hwgptbench import params
 from hwgptbench.cli import main
 from hwgptbench.figures import paper_docs
 from hwgptbench.figures.catalog import PAPER_DEVICE_TABLES
-from hwgptbench.figures.paper_tables import cost_vs_size, energy, kendall_pairs
+from hwgptbench.figures.paper_tables import (
+    cost_vs_size,
+    dtype_speed,
+    energy,
+    front_disagreement,
+    kendall_pairs,
+)
 
 DOC = REPO_ROOT / "docs" / "paper_scale.md"
 
@@ -61,6 +67,38 @@ def test_kendall_pairs_need_five_shared_archs() -> None:
     pairs = kendall_pairs("s", wide, "latency_ms", "measured")
     assert pairs.select("a", "b", "archs").rows() == [("x", "y", 6)]
     assert pairs["kendall_tau"][0] == pytest.approx(13 / 15)
+
+
+def test_front_disagreement_counts_the_archs_on_one_devices_front_only() -> None:
+    # perplexity falls a -> f; the gpu's latency rises with it (all six on its front), the
+    # cpu's does not: c and e are slower than a cheaper-or-equal, better arch there
+    ids = list("abcdef")
+    perplexity = pl.DataFrame({"arch_id": ids, "perplexity": [60.0, 50, 40, 30, 20, 10],
+                               "train_steps": [100] * 6})
+    gpu = _rows(arch_id=ids, latency_ms=[1.0, 2, 3, 4, 5, 6])
+    cpu = _rows(arch_id=[*ids, "z"], latency_ms=[10.0, 20, 90, 40, 95, 60, 1.0]).with_columns(
+        device=pl.lit("cpu"))
+    rows = front_disagreement("s", perplexity, pl.concat([gpu, cpu]),
+                              {"gpu": "b8-t1024-bf16-cuda_graph",
+                               "cpu": "b8-t1024-bf16-cuda_graph"})
+    row = rows.row(0, named=True)
+    assert (row["a"], row["b"], row["shared"]) == ("cpu", "gpu", 6)  # z: no perplexity
+    assert (row["front_a"], row["front_b"], row["on_both"]) == (4, 6, 4)
+    assert (row["only_a"], row["only_b"], row["only_b_examples"]) == (0, 2, "e, c")
+
+
+def test_dtype_speed_pairs_each_dtype_with_fp32_at_the_same_shape() -> None:
+    fp32 = _rows(arch_id=list("abcde"), latency_ms=[10.0, 20, 30, 40, 50]).with_columns(
+        dtype=pl.lit("fp32"))
+    bf16 = _rows(arch_id=list("abcdef"), latency_ms=[5.0, 12, 15, 36, 25, 1])
+    rows = dtype_speed("m", pl.concat([fp32, bf16]))
+    row = rows.row(0, named=True)
+    assert (rows.height, row["condition"], row["dtype"], row["archs"]) == (
+        1, "b8-t1024-cuda_graph", "bf16", 5)
+    assert row["ratio_median"] == pytest.approx(0.5)  # 0.5, 0.6, 0.5, 0.9, 0.5
+    assert (row["ratio_min"], row["ratio_max"]) == pytest.approx((0.5, 0.9))
+    assert row["kendall_tau"] == pytest.approx(0.8)  # d and e swap: 9 of 10 pairs agree
+    assert dtype_speed("m", bf16).is_empty()  # no fp32 to compare with
 
 
 def test_docs_blocks_are_rewritten_from_the_run_and_their_figures_copied(tmp_path: Path

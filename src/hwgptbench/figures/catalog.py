@@ -15,8 +15,8 @@ TABLES = ("surrogate_quality", "hypervolume", "rank_tests", "pairwise_tests", "r
 # `make paper` (figures/paper.py): the device tables (every paper scale in each), the search's,
 # and the figures of each scale ({scale}_{name}) and of the search; workflow/report/ has a
 # caption paper_{name}.rst for each figure name and paper_table_{name}.rst for each table
-PAPER_DEVICE_TABLES = ("devices", "cost_vs_size", "energy", "fronts", "kendall_tau",
-                       "surrogate_quality")
+PAPER_DEVICE_TABLES = ("devices", "cost_vs_size", "energy", "fronts", "front_disagreement",
+                       "kendall_tau", "dtype_speed", "surrogate_quality")
 PAPER_SEARCH_TABLES = ("search_reference", "search_hypervolume", "search_rank_tests",
                        "search_pairwise")
 PAPER_TABLES = (*PAPER_DEVICE_TABLES, *PAPER_SEARCH_TABLES)

@@ -25,7 +25,9 @@ from . import benchmark, paper_plots, search, tables
 from .catalog import PAPER_DEVICE_TABLES
 from .paper_tables import (
     cost_vs_size,
+    dtype_speed,
     energy,
+    front_disagreement,
     front_rows,
     kendall_pairs,
     measured_tau,
@@ -56,6 +58,8 @@ def _scale_tables(scale: str, results: str) -> dict[str, pl.DataFrame]:
     """The device tables of one scale, each with its ``scale`` column."""
     bench = Benchmark.from_published(scale, layout.paper(results))
     measurements = _measurements(scale)
+    perplexity = published.perplexity_table(scale)
+    conditions = published.default_conditions(scale)
     quality = pl.concat([pl.read_parquet(path) for path in sorted(
         _surrogate_folder(scale, results).glob("devices/*/quality.parquet"))],
         how="diagonal_relaxed")
@@ -64,8 +68,9 @@ def _scale_tables(scale: str, results: str) -> dict[str, pl.DataFrame]:
         "devices": devices.select(pl.lit(scale).alias("scale"), pl.all()),
         "cost_vs_size": cost_vs_size(scale, measurements),
         "energy": energy(scale, measurements),
-        "fronts": front_rows(scale, published.perplexity_table(scale), measurements,
-                             published.default_conditions(scale)),
+        "fronts": front_rows(scale, perplexity, measurements, conditions),
+        "front_disagreement": front_disagreement(scale, perplexity, measurements, conditions),
+        "dtype_speed": dtype_speed(scale, measurements),
         "kendall_tau": pl.concat([measured_tau(scale, measurements),
                                   predicted_tau(scale, bench, measurements)]),
         "surrogate_quality": surrogate_quality(scale, quality),

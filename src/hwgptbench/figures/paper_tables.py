@@ -1,6 +1,7 @@
 """The paper's multi-device tables, from the tables shipped in the package: cost against size,
-energy, Pareto fronts, how every two devices and conditions rank the archs, and the quality of
-each table's surrogates beside its repeatability ceiling. Tables in, table out."""
+energy, Pareto fronts and the archs on one device's front and not another's, how every two
+devices and conditions rank the archs, what a dtype changes in speed and ranking, and the
+quality of each table's surrogates beside its repeatability ceiling. Tables in, table out."""
 
 from __future__ import annotations
 
@@ -148,3 +149,69 @@ def surrogate_quality(scale: str, quality: pl.DataFrame) -> pl.DataFrame:
                "at_ceiling"]
     return (quality.filter(pl.col("selected")).select(columns)
             .select(pl.lit(scale).alias("scale"), pl.all()).sort("device", "metric", "condition"))
+
+
+def _front_ids(table: pl.DataFrame, metric: str) -> list[str]:
+    """The archs of ``table`` on its Pareto front of perplexity against ``metric``, best
+    perplexity first."""
+    mask = pareto_mask(table.select("perplexity", metric).to_numpy().astype(float))
+    return table.filter(pl.Series(mask)).sort("perplexity")["arch_id"].to_list()
+
+
+def front_disagreement(scale: str, perplexity: pl.DataFrame, measurements: pl.DataFrame,
+                       conditions: dict[str, str], metric: str = "latency_ms",
+                       examples: int = 3) -> pl.DataFrame:
+    """Per two devices (each at its default condition): the archs both measured, the size of
+    each one's Pareto front of perplexity against ``metric`` over those archs, how many archs
+    are on both, on the first's only and on the second's only, with up to ``examples`` of each
+    (best perplexity first)."""
+    ppl = fully_trained(perplexity).select("arch_id", "perplexity")
+    ok = measured(measurements).drop_nulls(metric).join(ppl, on="arch_id")
+    columns = {device: ok.filter((pl.col("device") == device)
+                                 & (pl.col("condition") == condition))
+               .select("arch_id", "perplexity", metric)
+               for device, condition in sorted(conditions.items())}
+    rows = []
+    for (a, table_a), (b, table_b) in itertools.combinations(columns.items(), 2):
+        shared = table_a.join(table_b.select("arch_id"), on="arch_id")
+        if shared.height < MIN_SHARED:
+            continue
+        front_a = _front_ids(shared, metric)
+        front_b = _front_ids(table_b.join(shared.select("arch_id"), on="arch_id"), metric)
+        in_a, in_b = set(front_a), set(front_b)
+        only_a = [i for i in front_a if i not in in_b]
+        only_b = [i for i in front_b if i not in in_a]
+        rows.append({"scale": scale, "metric": metric, "a": a, "a_condition": conditions[a],
+                     "b": b, "b_condition": conditions[b], "shared": shared.height,
+                     "front_a": len(front_a), "front_b": len(front_b),
+                     "on_both": len(front_a) - len(only_a), "only_a": len(only_a),
+                     "only_b": len(only_b),
+                     "only_a_examples": ", ".join(only_a[:examples]),
+                     "only_b_examples": ", ".join(only_b[:examples])})
+    return pl.DataFrame(rows)
+
+
+def dtype_speed(scale: str, measurements: pl.DataFrame, base: str = "fp32") -> pl.DataFrame:
+    """Per device and condition measured at ``base`` and at another dtype (same batch, length
+    and launch): the archs timed at both, the latency ratio of the other dtype to ``base``
+    (median and range: below 1 is faster) and how both rank the archs (Kendall τ)."""
+    ok = measured(measurements)
+    shape = ["device", "batch_size", "seq_len", "launch"]
+    rows = []
+    for key, part in ok.group_by(shape, maintain_order=True):
+        wide = part.pivot(on="dtype", index="arch_id", values="latency_ms",
+                          aggregate_function="first")
+        if base not in wide.columns:
+            continue
+        for other in sorted(set(wide.columns) - {"arch_id", base}):
+            both = wide.drop_nulls([base, other])
+            if both.height < MIN_SHARED:
+                continue
+            ratio = both[other] / both[base]
+            device, batch, seq, launch = key
+            rows.append({"scale": scale, "device": device,
+                         "condition": f"b{batch}-t{seq}-{launch}", "dtype": other,
+                         "base": base, "archs": both.height, "ratio_median": ratio.median(),
+                         "ratio_min": ratio.min(), "ratio_max": ratio.max(),
+                         "kendall_tau": _tau(both[base].to_numpy(), both[other].to_numpy())})
+    return pl.DataFrame(rows)
