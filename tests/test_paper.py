@@ -186,8 +186,11 @@ def test_make_paper_on_a_reduced_overlay_equals_the_docs_and_is_then_current(
     tables = project / "results" / "paper" / "tables"
     docs = paper_docs.blocks(DOC.read_text(encoding="utf-8"))
     for name in PAPER_DEVICE_TABLES:
-        ran = (tables / f"{name}.md").read_text()
-        assert _cells(ran, "s") == _cells(docs[name], "s"), name
+        ran, doc = _cells((tables / f"{name}.md").read_text(), "s"), _cells(docs[name], "s")
+        if len(doc) == 1:  # no s row in the docs (dtype_speed: bf16 was timed at m only)
+            assert len(ran) == 1, name
+        else:
+            assert ran == doc, name
     assert "skipped" in (tables / "external.md").read_text()
     assert pl.read_csv(tables / "search_hypervolume.csv")["algorithm"].sort().to_list() == [
         "nsga2", "rs"]

@@ -76,7 +76,7 @@ def test_a_value_that_does_not_fit_names_its_field() -> None:
                                                  r"allowed: integer >= 1, <= 1024"):
         params.section_of(MeasureSettings, doc["measure"] | {"threads": "two"})
     with pytest.raises(params.ParamsError, match=r"sample: unknown key\(s\) 'n_arch'; allowed "
-                                                 r"keys: n_archs, seed"):
+                                                 r"keys: archs_of, n_archs, seed"):
         params.section_of(SampleSettings, {"n_arch": 3, "seed": 0})
     left_out = params.section_of(SampleSettings, {"n_archs": 3})
     assert left_out.seed == 4321  # a field left out: its default

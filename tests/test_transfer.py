@@ -378,10 +378,11 @@ def test_every_condition_of_a_metric_is_adapted(measurements: pl.DataFrame,
 
 
 def test_only_scales_shipping_two_devices_are_evaluated_across_devices() -> None:
-    """The workflow's tiny scale ships no table and m one device: nothing to evaluate across
-    devices (the stage runs as before); s ships the CPU and the H100."""
-    assert shipped_tables("tiny") == {} and shipped_tables("m") == {}
-    assert set(shipped_tables("s")) == {"cpu-amd-epyc-1t", "cuda-nvidia-h100-80gb-hbm3"}
+    """The workflow's tiny scale ships no table: nothing to evaluate across devices (the
+    stage runs as before); s, m and l ship the CPU and the H100."""
+    assert shipped_tables("tiny") == {}
+    for scale in ("s", "m", "l"):
+        assert set(shipped_tables(scale)) == {"cpu-amd-epyc-1t", "cuda-nvidia-h100-80gb-hbm3"}
 
 
 def test_cross_device_rows_of_the_shipped_s_tables_reach_the_stage_table(
